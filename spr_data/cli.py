@@ -1,0 +1,234 @@
+"""The ``spr-data`` command line: parse options, call the library, render the result."""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from spr_data import console
+from spr_data._version import __version__
+from spr_data.errors import InputError, SprDataError
+
+app = typer.Typer(
+    name="spr-data",
+    help="Raw corpora → clean, sharded, memory-mapped Arrow datasets for safe training.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+_state = {"debug": False}
+F = TypeVar("F", bound=Callable[..., Any])
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as one JSON object.")]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.out.print(f"spr-data {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """spr-data: ingest, check and feed training corpora without losing a row."""
+    _state["debug"] = debug
+
+
+def _reports_errors(fn: F) -> F:
+    """Known errors become one line on stderr and their exit code; others a short hint."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SprDataError as exc:
+            if _state["debug"]:
+                raise
+            console.print_error(str(exc))
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            console.print_error("interrupted")
+            raise typer.Exit(130) from None
+        except (typer.Exit, typer.Abort):
+            raise
+        except Exception as exc:
+            if _state["debug"]:
+                raise
+            console.print_error(f"unexpected {type(exc).__name__}: {exc} (rerun with --debug "
+                                "for the traceback, and please report it)")
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``"64M"``, ``"1GiB"``, ``"500000"`` → bytes (K/M/G/T are powers of 1024)."""
+    m = _SIZE.match(text)
+    if not m:
+        raise InputError(f"cannot read size {text!r}; use a number with an optional K, M or G")
+    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2).lower()]
+    return int(float(m.group(1)) * scale)
+
+
+def _split_list(text: str | None) -> list[str] | None:
+    return [p.strip() for p in text.split(",")] if text else None
+
+
+@app.command()
+@_reports_errors
+def ingest(
+    inputs: Annotated[list[Path], typer.Argument(help="Input files; a Moses pair is two files.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Dataset directory to write.")],
+    format: Annotated[str | None, typer.Option(
+        "--format", help="tsv|moses|jsonl|parquet|text (default: from the file names).")] = None,
+    langs: Annotated[str | None, typer.Option(
+        "--langs", help="Parallel corpus languages, SRC-TGT (en-de) or SRC,TGT (en,zh-CN).")
+    ] = None,
+    lang: Annotated[str | None, typer.Option("--lang", help="Mono corpus language.")] = None,
+    columns: Annotated[str | None, typer.Option(
+        "--columns", help="TSV: 0-based column numbers I,J (default 0,1); Parquet: names.")
+    ] = None,
+    keys: Annotated[str | None, typer.Option("--keys", help="JSONL keys A,B.")] = None,
+    shard_rows: Annotated[int | None, typer.Option(
+        "--shard-rows", min=1, help="Roll over to a new shard after N rows.")] = None,
+    shard_bytes: Annotated[str, typer.Option(
+        "--shard-bytes", help="Roll over after this much data (e.g. 64M, 1G).")] = "128M",
+    overwrite: Annotated[bool, typer.Option("--overwrite",
+                                            help="Replace an existing dataset.")] = False,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Turn raw corpora into a sharded Arrow dataset with a manifest."""
+    from spr_data.pipeline.ingest import ingest as run_ingest
+    from spr_data.pipeline.sources import parse_langs
+
+    if langs and lang:
+        raise InputError("pass --langs SRC-TGT for a parallel corpus or --lang L for a mono one, "
+                         "not both")
+    lang_list = parse_langs(langs) if langs else [lang] if lang else None
+    with console.progress_bytes("ingest", enabled=not quiet) as progress:
+        summary = run_ingest(
+            inputs, out, format=format, langs=lang_list, columns=_split_list(columns),
+            keys=_split_list(keys), shard_rows=shard_rows, shard_bytes=parse_size(shard_bytes),
+            overwrite=overwrite, on_progress=progress)
+    if as_json:
+        console.print_json(summary.to_json())
+        return
+    data = summary.to_json()
+    console.out.print(
+        f"[bold]{data['out']}[/]: {data['rows']:,} {data['kind']} rows "
+        f"({'-'.join(data['langs'])}) in {data['shards']} shard(s), {data['bytes']:,} bytes; "
+        f"{data['rejected']:,} of {data['records']:,} records rejected; "
+        f"{data['seconds']} s, {data['input_mb_per_s']} MB/s of input")
+    if summary.rejects:
+        console.out.print(console.table(None, ["reason", "rejected"],
+                                        [[k, f"{v:,}"] for k, v in summary.rejects.items()]))
+
+
+@app.command()
+@_reports_errors
+def info(
+    dataset: Annotated[Path, typer.Argument(help="Dataset directory.")],
+    samples: Annotated[int, typer.Option("--samples", min=0, help="Sample rows to show.")] = 3,
+    as_json: JsonOption = False,
+) -> None:
+    """Describe a dataset: rows, shards, kind, languages, rejects, lineage, sample rows."""
+    from spr_data.dataset import open_dataset
+
+    ds = open_dataset(dataset)
+    m = ds.manifest
+    rows = ds.take(range(min(samples, len(ds)))).to_pylist()
+    data = {
+        "path": str(ds.path), "kind": m.kind, "role": m.role, "langs": m.langs,
+        "rows": m.rows, "rows_in": m.rows_in, "shards": len(m.shards), "bytes": m.bytes,
+        "rejects": m.rejects, "columns": [f.name for f in m.schema],
+        "lineage": m.lineage, "samples": [_printable(r) for r in rows],
+    }
+    if as_json:
+        console.print_json(data)
+        return
+    lineage = m.lineage
+    console.out.print(f"[bold]{ds.path}[/]  {m.kind} {m.role} ({'-'.join(m.langs)})")
+    console.out.print(f"rows {m.rows:,} of {m.rows_in:,} in, {len(m.shards)} shard(s), "
+                      f"{m.bytes:,} bytes; columns: {', '.join(f.name for f in m.schema)}")
+    console.out.print(f"made by {lineage.get('stage', '?')} (spr-data "
+                      f"{lineage.get('version', '?')}) at {lineage.get('created', '?')}")
+    for i, source in enumerate(lineage.get("inputs", [])):
+        files = ", ".join(f["path"] for f in source.get("files", []))
+        console.out.print(f"  input {i}: {source.get('format')} {files} "
+                          f"({source.get('records', '?'):,} records)")
+    if m.rejects:
+        console.out.print(console.table("rejects", ["reason", "rows"],
+                                        [[k, f"{v:,}"] for k, v in m.rejects.items()]))
+    if rows:
+        names = list(rows[0])
+        console.out.print(console.table("sample rows", names,
+                                        [[_short(r[n]) for n in names] for r in rows]))
+
+
+@app.command()
+@_reports_errors
+def verify(
+    dataset: Annotated[Path, typer.Argument(help="Dataset directory.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Re-hash every shard and check rows, bytes, schema and the id partition; exit 1 if not."""
+    from spr_data.verify import verify_dataset
+
+    report = verify_dataset(dataset)
+    if as_json:
+        console.print_json(report.to_json())
+    elif report.ok:
+        rejected = report.rejects.rows if report.rejects else 0
+        console.out.print(f"[green]ok[/] {dataset}: {report.shards} shard(s), {report.rows:,} "
+                          f"rows and {rejected:,} rejects match the manifest")
+    else:
+        for problem in report.all_problems():
+            console.print_error(problem)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+@_reports_errors
+def demo(
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", help="Directory for the demo datasets (default: a new temp dir).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Run the main job end to end on the small real sample shipped with spr-data."""
+    from spr_data.demo import run_demo
+
+    result = run_demo(out, say=None if as_json else console.out.print)
+    if as_json:
+        console.print_json(result)
+
+
+def _printable(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else v)
+            for k, v in row.items()}
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = _printable({"v": value})["v"]
+    text = str(text)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,61 @@
+"""The CLI's one output module: data to stdout (JSON with ``--json``), diagnostics to stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+__all__ = ["err", "out", "print_error", "print_json", "progress_bytes", "table"]
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def print_json(data: Any) -> None:
+    """Write one JSON object to stdout and nothing else."""
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def print_error(message: str) -> None:
+    err.print(f"[bold red]error:[/] {message}", soft_wrap=True, markup=True, emoji=False)
+
+
+def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> Table:
+    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for c in columns:
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(*[str(x) for x in r])
+    return t
+
+
+@contextmanager
+def progress_bytes(description: str, *, enabled: bool) -> Iterator[Callable[[int, int], None]]:
+    """A byte progress bar on a terminal; a no-op callback when piped or disabled."""
+    if not enabled or not err.is_terminal:
+        yield lambda done, total: None
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+               TransferSpeedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task(description, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update

@@ -1,0 +1,38 @@
+"""The exceptions spr-data raises on purpose.
+
+Every message says what was expected, what was found, and what to do next, so the CLI can
+print it as one line. ``exit_code`` is what the CLI exits with.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DatasetError",
+    "InputError",
+    "OutputError",
+    "SprDataError",
+]
+
+
+class SprDataError(Exception):
+    """Base class of the errors spr-data reports as one line instead of a traceback."""
+
+    exit_code: int = 1
+
+
+class InputError(SprDataError):
+    """Bad input or bad usage: a missing or malformed file, options that do not fit."""
+
+    exit_code = 2
+
+
+class DatasetError(SprDataError):
+    """A dataset directory that is not a valid spr-data dataset (no or malformed manifest)."""
+
+    exit_code = 2
+
+
+class OutputError(SprDataError):
+    """The output could not be written: unwritable directory, full disk, existing dataset."""
+
+    exit_code = 1

@@ -1,0 +1,178 @@
+"""``manifest.json``: what a dataset directory holds. Written last; no manifest, no dataset."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from spr_data.errors import DatasetError
+from spr_data.fsio import atomic_write_bytes
+from spr_data.schema import KINDS, Kind, schema_from_b64, schema_summary, schema_to_b64
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MANIFEST_NAME",
+    "Manifest",
+    "ShardInfo",
+    "read_manifest",
+    "write_manifest",
+]
+
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+ROLES = ("rows", "rejects")
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard file as the manifest records it."""
+
+    file: str
+    rows: int
+    bytes: int
+    hash: str
+    first_id: int | None
+
+
+@dataclass
+class Manifest:
+    """The parsed ``manifest.json`` of a dataset directory.
+
+    ``rows_in`` is how many records entered the stage that made the dataset, and ``id_bound``
+    an exclusive upper bound of every row id, so the id partition can be checked with a bitmap.
+    """
+
+    kind: Kind
+    role: str
+    langs: list[str]
+    schema: pa.Schema
+    shards: list[ShardInfo]
+    rows_in: int
+    id_bound: int
+    rejects: dict[str, int] = field(default_factory=dict)
+    rejects_dir: str | None = None
+    lineage: dict[str, Any] = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def rows(self) -> int:
+        return sum(s.rows for s in self.shards)
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.bytes for s in self.shards)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": self.format_version,
+            "kind": self.kind,
+            "role": self.role,
+            "langs": self.langs,
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "rows_in": self.rows_in,
+            "id_bound": self.id_bound,
+            "rejects": dict(sorted(self.rejects.items())),
+            "rejects_dir": self.rejects_dir,
+            "schema": schema_summary(self.schema),
+            "arrow_schema": schema_to_b64(self.schema),
+            "shards": [asdict(s) for s in self.shards],
+            "lineage": self.lineage,
+        }
+
+
+def write_manifest(directory: Path, manifest: Manifest) -> None:
+    """Atomically write ``directory/manifest.json``; call it after every shard is durable."""
+    text = json.dumps(manifest.to_json(), indent=2, ensure_ascii=False) + "\n"
+    atomic_write_bytes(directory / MANIFEST_NAME, text.encode("utf-8"))
+
+
+def read_manifest(directory: Path) -> Manifest:
+    """Read and validate ``directory/manifest.json``; every defect is a :class:`DatasetError`."""
+    path = directory / MANIFEST_NAME
+    if not directory.exists():
+        raise DatasetError(f"{directory} does not exist")
+    if not directory.is_dir():
+        raise DatasetError(f"{directory} is a file, not a dataset directory")
+    if not path.is_file():
+        raise DatasetError(
+            f"{directory} is not an spr-data dataset: it has no {MANIFEST_NAME} "
+            "(an unfinished or failed run leaves none; run the stage again)"
+        )
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DatasetError(f"{path} is not valid JSON: {exc}") from exc
+    return _parse(data, path)
+
+
+def _parse(data: Any, path: Path) -> Manifest:
+    def need(obj: Any, key: str, kind: type | tuple[type, ...], where: str = "") -> Any:
+        if not isinstance(obj, dict) or key not in obj:
+            raise DatasetError(f"{path}: missing key {where}{key!r}")
+        value = obj[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+            raise DatasetError(f"{path}: key {where}{key!r} should be {names}, found {value!r}")
+        return value
+
+    version = need(data, "format_version", int)
+    if version != FORMAT_VERSION:
+        raise DatasetError(
+            f"{path}: format_version {version} is not supported (expected {FORMAT_VERSION}); "
+            "upgrade spr-data or re-create the dataset"
+        )
+    kind = need(data, "kind", str)
+    if kind not in KINDS:
+        raise DatasetError(f"{path}: kind should be one of {', '.join(KINDS)}, found {kind!r}")
+    role = data.get("role", "rows")
+    if role not in ROLES:
+        raise DatasetError(f"{path}: role should be one of {', '.join(ROLES)}, found {role!r}")
+    langs = need(data, "langs", list)
+    if not all(isinstance(x, str) for x in langs):
+        raise DatasetError(f"{path}: langs should be a list of language codes, found {langs!r}")
+    try:
+        schema = schema_from_b64(need(data, "arrow_schema", str))
+    except (ValueError, pa.ArrowInvalid) as exc:
+        raise DatasetError(f"{path}: arrow_schema is not a valid Arrow schema: {exc}") from exc
+    shards = []
+    for i, s in enumerate(need(data, "shards", list)):
+        where = f"shards[{i}]."
+        first_id = s.get("first_id") if isinstance(s, dict) else None
+        if first_id is not None and not isinstance(first_id, int):
+            raise DatasetError(f"{path}: key {where}'first_id' should be int, found {first_id!r}")
+        file = need(s, "file", str, where)
+        if "/" in file or "\\" in file or file.startswith("."):
+            raise DatasetError(f"{path}: {where}file must be a plain file name, found {file!r}")
+        rows, size = need(s, "rows", int, where), need(s, "bytes", int, where)
+        if rows < 0 or size < 0:
+            raise DatasetError(f"{path}: {where}rows and bytes must not be negative")
+        shards.append(ShardInfo(file, rows, size, need(s, "hash", str, where), first_id))
+    total = need(data, "rows", int)
+    if total != sum(s.rows for s in shards):
+        raise DatasetError(
+            f"{path}: rows is {total} but the shards hold {sum(s.rows for s in shards)}"
+        )
+    rejects = need(data, "rejects", dict)
+    if not all(isinstance(v, int) for v in rejects.values()):
+        raise DatasetError(f"{path}: rejects should map reasons to counts, found {rejects!r}")
+    rejects_dir = data.get("rejects_dir")
+    if rejects_dir is not None and (not isinstance(rejects_dir, str) or "/" in rejects_dir):
+        raise DatasetError(f"{path}: rejects_dir must be a directory name, found {rejects_dir!r}")
+    return Manifest(
+        kind=kind,
+        role=role,
+        langs=langs,
+        schema=schema,
+        shards=shards,
+        rows_in=need(data, "rows_in", int),
+        id_bound=need(data, "id_bound", int),
+        rejects=rejects,
+        rejects_dir=rejects_dir,
+        lineage=need(data, "lineage", dict),
+        format_version=version,
+    )

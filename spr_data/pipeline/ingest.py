@@ -1,0 +1,208 @@
+"""``ingest``: raw corpora → a sharded Arrow dataset with stable row ids and a manifest.
+
+Every input record gets the next id, in input order, and becomes either a row or a reject
+(with its reason and raw bytes), so the ids of rows and rejects partition ``0..n-1``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from spr_data._version import __version__
+from spr_data.errors import OutputError
+from spr_data.fsio import TMP_SUFFIX, os_error_message
+from spr_data.manifest import MANIFEST_NAME, Manifest, write_manifest
+from spr_data.pipeline.sources import REJECT_REASONS, RecordChunk, plan_sources
+from spr_data.schema import ORIGIN_TYPE, ingest_rejects_schema, rows_schema
+from spr_data.writer import DEFAULT_SHARD_BYTES, ShardWriter
+
+__all__ = ["REJECTS_DIR", "IngestSummary", "ingest"]
+
+REJECTS_DIR = "rejects"
+_REASONS = np.array(REJECT_REASONS, dtype=object)
+
+
+@dataclass
+class IngestSummary:
+    """What an ingest run produced; ``to_json`` is the CLI's ``--json`` output."""
+
+    out: Path
+    kind: str
+    langs: list[str]
+    records: int
+    rows: int
+    rejects: dict[str, int]
+    shards: int
+    bytes: int
+    input_bytes: int
+    seconds: float
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "out": str(self.out), "kind": self.kind, "langs": self.langs,
+            "records": self.records, "rows": self.rows,
+            "rejected": sum(self.rejects.values()), "rejects": self.rejects,
+            "shards": self.shards, "bytes": self.bytes, "input_bytes": self.input_bytes,
+            "seconds": round(self.seconds, 3),
+            "input_mb_per_s": round(self.input_bytes / 1e6 / max(self.seconds, 1e-9), 1),
+        }
+
+
+def ingest(
+    inputs: Sequence[str | Path],
+    out: str | Path,
+    *,
+    format: str | None = None,
+    langs: Sequence[str] | None = None,
+    columns: Sequence[str] | None = None,
+    keys: Sequence[str] | None = None,
+    shard_rows: int | None = None,
+    shard_bytes: int | None = DEFAULT_SHARD_BYTES,
+    overwrite: bool = False,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> IngestSummary:
+    """Read ``inputs`` and write the dataset directory ``out``.
+
+    ``on_progress(done, total)`` is called with input bytes read (compressed sizes). On any
+    error, the files this call wrote are removed and no manifest is left behind.
+    """
+    started = time.perf_counter()
+    plan = plan_sources(inputs, format=format, langs=langs, columns=columns, keys=keys)
+    out = Path(out)
+    total_bytes = sum(f.size for s in plan.sources for f in s.files)
+    done = 0
+
+    def advance(n: int) -> None:
+        nonlocal done
+        done += n
+        if on_progress is not None:
+            on_progress(done, total_bytes)
+
+    created_out = _prepare_output(out, overwrite=overwrite)
+    schema = rows_schema(plan.kind)
+    rows = ShardWriter(out, schema, shard_rows=shard_rows, shard_bytes=shard_bytes)
+    rejects = ShardWriter(out / REJECTS_DIR, ingest_rejects_schema(),
+                          shard_rows=shard_rows, shard_bytes=shard_bytes)
+    reject_counts: Counter[str] = Counter()
+    next_id = 0
+    try:
+        for input_index, source in enumerate(plan.sources):
+            for chunk in source.chunks(advance):
+                _write_chunk(chunk, input_index, next_id, schema, rows, rejects, reject_counts)
+                next_id += len(chunk)
+        lineage = {
+            "stage": "ingest",
+            "tool": "spr-data",
+            "version": __version__,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "parent": None,
+            "options": {"format": format, "columns": list(columns) if columns else None,
+                        "keys": list(keys) if keys else None, "shard_rows": shard_rows,
+                        "shard_bytes": shard_bytes},
+            "inputs": [s.lineage() for s in plan.sources],
+        }
+        counts = dict(sorted(reject_counts.items()))
+        rejects_dir = out / REJECTS_DIR
+        rejects_dir.mkdir(exist_ok=True)
+        write_manifest(rejects_dir, Manifest(
+            kind=plan.kind, role="rejects", langs=plan.langs, schema=rejects.schema,
+            shards=rejects.close(), rows_in=next_id, id_bound=next_id, rejects=counts,
+            lineage=lineage))
+        manifest = Manifest(
+            kind=plan.kind, role="rows", langs=plan.langs, schema=schema, shards=rows.close(),
+            rows_in=next_id, id_bound=next_id, rejects=counts, rejects_dir=REJECTS_DIR,
+            lineage=lineage)
+        write_manifest(out, manifest)
+    except BaseException as exc:
+        _remove_outputs(out, created_out)
+        if isinstance(exc, OSError):
+            raise OutputError(os_error_message(exc, out)) from exc
+        raise
+    inputs_lineage: list[dict[str, Any]] = lineage["inputs"]  # type: ignore[assignment]
+    return IngestSummary(
+        out=out, kind=plan.kind, langs=plan.langs, records=next_id, rows=manifest.rows,
+        rejects=counts, shards=len(manifest.shards), bytes=manifest.bytes,
+        input_bytes=total_bytes, seconds=time.perf_counter() - started,
+        inputs=inputs_lineage)
+
+
+def _write_chunk(chunk: RecordChunk, input_index: int, first_id: int, schema: pa.Schema,
+                 rows: ShardWriter, rejects: ShardWriter, reject_counts: Counter[str]) -> None:
+    n = len(chunk)
+    ids = pa.array(np.arange(first_id, first_id + n, dtype=np.uint64))
+    origin = pa.StructArray.from_arrays(
+        [pa.array(np.full(n, input_index, dtype=np.uint32)),
+         pa.array(np.arange(chunk.first_line, chunk.first_line + n, dtype=np.uint64))],
+        fields=list(ORIGIN_TYPE),
+    )
+    bad = chunk.codes >= 0
+    batch = pa.RecordBatch.from_arrays([ids, *chunk.fields, origin], schema=schema)
+    if not bad.any():
+        rows.write(batch)
+        return
+    rows.write(batch.filter(pa.array(~bad)))
+    reasons = _REASONS[chunk.codes[bad]]
+    reject_counts.update(reasons.tolist())
+    rejects.write(pa.RecordBatch.from_arrays(
+        [ids.filter(pa.array(bad)), origin.filter(pa.array(bad)),
+         pa.array(reasons, pa.string()), chunk.raw(bad)],
+        schema=rejects.schema))
+
+
+def _is_leftover(path: Path) -> bool:
+    """Files an earlier, unfinished run of a stage may have left."""
+    name = path.name
+    return (name in (REJECTS_DIR, MANIFEST_NAME) or name.startswith("shard-")
+            or name.endswith(TMP_SUFFIX))
+
+
+def _prepare_output(out: Path, *, overwrite: bool) -> bool:
+    """Make ``out`` ready; return whether this call created it.
+
+    An existing dataset is replaced only with ``overwrite`` (its manifest goes first, so it is
+    never half a dataset); leftovers of an unfinished run are removed; anything else is refused.
+    """
+    try:
+        if out.exists() and not out.is_dir():
+            raise OutputError(f"--out {out} is a file; choose a directory")
+        if (out / MANIFEST_NAME).exists() and not overwrite:
+            raise OutputError(f"{out} already holds a dataset; pass --overwrite to replace it")
+        if out.is_dir():
+            strangers = [p.name for p in out.iterdir() if not _is_leftover(p)]
+            if strangers:
+                raise OutputError(
+                    f"{out} is not empty and is not an spr-data dataset (it holds "
+                    f"{', '.join(sorted(strangers)[:3])}); choose a new or empty directory"
+                )
+            (out / MANIFEST_NAME).unlink(missing_ok=True)
+            _remove_outputs(out, created=False)
+            return False
+        out.mkdir(parents=True)
+        return True
+    except OSError as exc:
+        raise OutputError(os_error_message(exc, out)) from exc
+
+
+def _remove_outputs(out: Path, created: bool) -> None:
+    if created:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    if not out.is_dir():
+        return
+    for p in out.iterdir():
+        if _is_leftover(p):
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)

@@ -1,0 +1,1 @@
+"""Quality checks over datasets (rules, language id, dedup, alignment, audit)."""

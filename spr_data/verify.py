@@ -1,0 +1,156 @@
+"""``verify``: re-check a dataset directory against its manifest, byte for byte."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spr_data.errors import DatasetError
+from spr_data.fsio import sha256_file
+from spr_data.manifest import Manifest, read_manifest
+from spr_data.schema import ID, REASON
+
+__all__ = ["VerifyReport", "verify_dataset"]
+
+
+@dataclass
+class VerifyReport:
+    """What ``verify`` found; ``ok`` when the dataset matches its manifest in every respect."""
+
+    path: Path
+    rows: int = 0
+    shards: int = 0
+    problems: list[str] = field(default_factory=list)
+    rejects: VerifyReport | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and (self.rejects is None or self.rejects.ok)
+
+    def all_problems(self) -> list[str]:
+        return self.problems + (self.rejects.all_problems() if self.rejects else [])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "path": str(self.path), "rows": self.rows, "shards": self.shards,
+                "problems": self.all_problems(),
+                "rejects": self.rejects.to_json() if self.rejects else None}
+
+
+def verify_dataset(
+    path: str | Path, *, on_shard: Callable[[str], None] | None = None
+) -> VerifyReport:
+    """Re-hash every shard and check rows, bytes, schema, ids and reject counts.
+
+    Row ids of the rows and of the rejects must be distinct, below the manifest's
+    ``id_bound``, and together as many as ``rows_in`` — i.e. they partition the input.
+    """
+    root = Path(path)
+    manifest = read_manifest(root)
+    seen = np.zeros(manifest.id_bound, dtype=bool)
+    report = _verify_one(root, manifest, seen, on_shard)
+    if manifest.rejects_dir:
+        rejects_path = root / manifest.rejects_dir
+        try:
+            rejects_manifest = read_manifest(rejects_path)
+        except DatasetError as exc:
+            report.problems.append(str(exc))
+        else:
+            report.rejects = _verify_one(rejects_path, rejects_manifest, seen, on_shard)
+            by_reason = _reason_counts(rejects_path, rejects_manifest)
+            if by_reason is not None and by_reason != manifest.rejects:
+                report.problems.append(
+                    f"manifest rejects {manifest.rejects} but {rejects_path} holds {by_reason}")
+            total = report.rows + report.rejects.rows
+            if total != manifest.rows_in:
+                report.problems.append(
+                    f"rows ({report.rows}) + rejects ({report.rejects.rows}) = {total}, "
+                    f"but {manifest.rows_in} rows came in")
+    elif sum(manifest.rejects.values()):
+        report.problems.append("manifest counts rejects but names no rejects directory")
+    if report.ok and manifest.rejects_dir and int(seen.sum()) != manifest.rows_in:
+        report.problems.append(
+            f"ids of rows and rejects cover {int(seen.sum())} distinct ids, "
+            f"expected {manifest.rows_in}")
+    return report
+
+
+def _verify_one(root: Path, manifest: Manifest, seen: np.ndarray,
+                on_shard: Callable[[str], None] | None) -> VerifyReport:
+    report = VerifyReport(root, shards=len(manifest.shards))
+    has_ids = ID in manifest.schema.names
+    for shard in manifest.shards:
+        if on_shard is not None:
+            on_shard(shard.file)
+        path = root / shard.file
+        where = f"{path}:"
+        if not path.is_file():
+            report.problems.append(f"{where} missing")
+            continue
+        size = path.stat().st_size
+        if size != shard.bytes:
+            report.problems.append(f"{where} {size} bytes, manifest says {shard.bytes}")
+            continue
+        digest = sha256_file(path)
+        if digest != shard.hash:
+            report.problems.append(f"{where} content hash {digest} differs from the manifest's "
+                                   f"{shard.hash} (the file changed or is corrupt)")
+            continue
+        try:
+            with pa.memory_map(str(path)) as source:
+                table = pa.ipc.open_file(source).read_all()
+                problems = _check_table(table, manifest, shard.rows, shard.first_id, seen, has_ids)
+        except (OSError, pa.ArrowInvalid) as exc:
+            report.problems.append(f"{where} not a readable Arrow IPC file: {exc}")
+            continue
+        report.problems += [f"{where} {p}" for p in problems]
+        report.rows += table.num_rows
+    return report
+
+
+def _check_table(table: pa.Table, manifest: Manifest, rows: int, first_id: int | None,
+                 seen: np.ndarray, has_ids: bool) -> list[str]:
+    problems = []
+    if not table.schema.equals(manifest.schema):
+        problems.append(f"schema {table.schema.names} differs from the manifest's "
+                        f"{manifest.schema.names}")
+        return problems
+    if table.num_rows != rows:
+        problems.append(f"{table.num_rows} rows, manifest says {rows}")
+    if not has_ids or not table.num_rows:
+        return problems
+    ids = table.column(ID).to_numpy()
+    if first_id is not None and int(ids[0]) != first_id:
+        problems.append(f"first id {int(ids[0])}, manifest says {first_id}")
+    if int(ids.max()) >= len(seen):
+        problems.append(f"id {int(ids.max())} is outside 0..{len(seen) - 1}")
+        return problems
+    repeated = int(seen[ids].sum()) + (len(ids) - len(np.unique(ids)))
+    if repeated:
+        problems.append(f"{repeated} row id(s) appear more than once in the dataset")
+    seen[ids] = True
+    return problems
+
+
+def _reason_counts(root: Path, manifest: Manifest) -> dict[str, int] | None:
+    if REASON not in manifest.schema.names:
+        return None
+    counts: Counter[str] = Counter()
+    for shard in manifest.shards:
+        path = root / shard.file
+        if not path.is_file():
+            return None
+        try:
+            with pa.memory_map(str(path)) as source:
+                column = pa.ipc.open_file(source).read_all().column(REASON)
+                for item in pc.value_counts(column).to_pylist():
+                    counts[item["values"]] += item["counts"]
+        except (OSError, pa.ArrowInvalid):
+            return None
+    return dict(sorted(counts.items()))

@@ -1,0 +1,142 @@
+"""``ShardWriter``: streams record batches into crash-safe, memory-mappable shard files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spr_data.errors import OutputError
+from spr_data.fsio import TMP_SUFFIX, fsync_dir, os_error_message, sha256_file
+from spr_data.manifest import ShardInfo
+from spr_data.schema import ID
+
+__all__ = ["DEFAULT_SHARD_BYTES", "MAX_SHARD_BYTES", "ShardWriter", "shard_name"]
+
+DEFAULT_SHARD_BYTES = 128 << 20
+#: Arrow ``string`` columns address at most 2 GiB; keep every shard well under that.
+MAX_SHARD_BYTES = 1 << 30
+
+
+def shard_name(index: int) -> str:
+    return f"shard-{index:05d}.arrow"
+
+
+class ShardWriter:
+    """Writes batches into ``shard-NNNNN.arrow`` files of one record batch each.
+
+    A shard is one uncompressed record batch, so a reader maps it with zero copies and gathers
+    random rows with a single ``take``. A shard rolls over before it passes ``shard_rows`` rows
+    or ``shard_bytes`` bytes (counting text bytes plus fixed-width columns); it is written to a
+    temporary name, fsynced, then renamed. Memory held is about one shard.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        schema: pa.Schema,
+        *,
+        shard_rows: int | None = None,
+        shard_bytes: int | None = DEFAULT_SHARD_BYTES,
+    ) -> None:
+        if shard_rows is not None and shard_rows < 1:
+            raise ValueError(f"shard_rows must be at least 1, got {shard_rows}")
+        if shard_bytes is not None and shard_bytes < 1:
+            raise ValueError(f"shard_bytes must be at least 1, got {shard_bytes}")
+        self.directory = directory
+        self.schema = schema
+        self.shard_rows = shard_rows
+        self.shard_bytes = min(shard_bytes or MAX_SHARD_BYTES, MAX_SHARD_BYTES)
+        self.shards: list[ShardInfo] = []
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_rows = 0
+        self._pending_bytes = 0
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Append rows; full shards are written as they fill."""
+        sizes = np.cumsum(_row_nbytes(batch))
+        done = 0
+        while done < batch.num_rows:
+            room = batch.num_rows - done
+            if self.shard_rows is not None:
+                room = min(room, self.shard_rows - self._pending_rows)
+            base = sizes[done - 1] if done else 0
+            fits = int(np.searchsorted(sizes[done:], base + self.shard_bytes - self._pending_bytes,
+                                       side="right"))
+            room = min(room, fits)
+            if room == 0 and self._pending_rows == 0:
+                room = 1  # one row larger than a whole shard still gets a shard
+            if room == 0:
+                self._flush()
+                continue
+            self._pending.append(batch.slice(done, room))
+            self._pending_rows += room
+            self._pending_bytes += int(sizes[done + room - 1] - base)
+            done += room
+            if self.shard_rows is not None and self._pending_rows >= self.shard_rows:
+                self._flush()
+
+    def close(self) -> list[ShardInfo]:
+        """Write the last shard and return every shard's record."""
+        self._flush()
+        if self.directory.exists():
+            fsync_dir(self.directory)
+        return self.shards
+
+    def _flush(self) -> None:
+        if not self._pending_rows:
+            return
+        table = pa.Table.from_batches(self._pending, self.schema).combine_chunks()
+        batch = table.to_batches()[0]  # one batch: combine_chunks left one chunk per column
+        self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
+        name = shard_name(len(self.shards))
+        final = self.directory / name
+        tmp = self.directory / (name + TMP_SUFFIX)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, self.schema) as out:
+                out.write_batch(batch)
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, final)
+            size = final.stat().st_size
+            digest = sha256_file(final)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise OutputError(os_error_message(exc, tmp)) from exc
+        first_id = batch.column(ID)[0].as_py() if ID in self.schema.names else None
+        self.shards.append(ShardInfo(name, batch.num_rows, size, digest, first_id))
+
+
+def _row_nbytes(batch: pa.RecordBatch) -> np.ndarray:
+    sizes = np.zeros(batch.num_rows, dtype=np.int64)
+    for column in batch.columns:
+        sizes += _array_row_nbytes(column)
+    return sizes
+
+
+def _array_row_nbytes(arr: pa.Array) -> np.ndarray | int:
+    """Bytes each row of ``arr`` takes in a shard (values plus offsets), roughly."""
+    t = arr.type
+    if pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) \
+            or pa.types.is_large_binary(t):
+        lengths = pc.binary_length(arr).fill_null(0).to_numpy(zero_copy_only=False)
+        return np.asarray(lengths, dtype=np.int64) + 4
+    if pa.types.is_struct(t):
+        total: np.ndarray | int = 0
+        for i in range(t.num_fields):
+            total = total + _array_row_nbytes(arr.field(i))
+        return total
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        lengths = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False)
+        width = max(t.value_type.bit_width // 8, 1) if pa.types.is_primitive(t.value_type) else 8
+        return np.asarray(lengths, dtype=np.int64) * width + 4
+    if pa.types.is_primitive(t):
+        return max(int(t.bit_width) // 8, 1)
+    return max(int(arr.nbytes) // max(len(arr), 1), 1)

@@ -1,0 +1,53 @@
+"""Shared fixtures: where the real corpora are, and a CLI runner that keeps stdout/stderr apart."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+from typer.testing import CliRunner
+
+from spr_data.cli import app
+
+settings.register_profile("fast", max_examples=40, deadline=None,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture])
+settings.register_profile("thorough", max_examples=400, deadline=None,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
+
+
+def _corpora_dir() -> Path:
+    env = os.environ.get("SPR_DATA_CORPORA")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "shared" / "corpora"
+
+
+CORPORA = _corpora_dir()
+
+
+@pytest.fixture(scope="session")
+def corpora() -> Path:
+    """``../shared/corpora`` (or ``$SPR_DATA_CORPORA``): the real data the tests run on."""
+    if not (CORPORA / "SOURCES.md").is_file():
+        pytest.fail(f"real corpora not found at {CORPORA}; set SPR_DATA_CORPORA to the "
+                    "shared/corpora folder")
+    return CORPORA
+
+
+@dataclass
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args: object) -> CliResult:
+    """Run ``spr-data ARGS`` in-process, like a user would, with stdout and stderr separate."""
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return CliResult(result.exit_code, result.stdout, result.stderr)

@@ -1,0 +1,285 @@
+"""One test per failure mode: bad lines become rejects with reasons, bad files a clear error."""
+
+from __future__ import annotations
+
+import bz2
+import errno
+import gzip
+import json
+import lzma
+import os
+import subprocess
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from spr_data import OutputError, ingest, open_dataset, verify_dataset
+from tests.conftest import run_cli
+
+
+def write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def rejects_of(ds: Path) -> list[dict]:
+    rej = open_dataset(ds / "rejects")
+    return rej.take(range(len(rej))).to_pylist()
+
+
+def texts_of(ds: Path, column: str = "src") -> list[str]:
+    d = open_dataset(ds)
+    return d.take(range(len(d))).column(column).to_pylist()
+
+
+def assert_no_dataset(out: Path) -> None:
+    assert not (out / "manifest.json").exists()
+    assert not list(out.glob("shard-*")) if out.exists() else True
+
+
+# --- lines that cannot be rows become rejects, with their raw bytes ----------------------------
+
+def test_invalid_utf8_line_is_rejected_with_its_raw_bytes(tmp_path: Path):
+    bad = b"caf\xe9\tcafe"
+    src = write(tmp_path / "c.tsv", b"good\tgut\n" + bad + b"\nmore\tmehr\n")
+    ingest([src], tmp_path / "ds")
+    assert texts_of(tmp_path / "ds") == ["good", "more"]
+    [reject] = rejects_of(tmp_path / "ds")
+    assert (reject["reason"], reject["raw"], reject["id"]) == ("invalid_utf8", bad, 1)
+
+
+def test_nul_byte_is_rejected(tmp_path: Path):
+    src = write(tmp_path / "c.tsv", b"a\x00b\tx\nok\tgut\n")
+    ingest([src], tmp_path / "ds")
+    [reject] = rejects_of(tmp_path / "ds")
+    assert reject["reason"] == "nul_byte" and reject["raw"] == b"a\x00b\tx"
+
+
+def test_tsv_wrong_field_count_is_rejected_not_missplit(tmp_path: Path):
+    src = write(tmp_path / "c.tsv",
+                b"one\teins\tattr\nonly-one-field\ntab\tinside\ta\tsentence\ntwo\tzwei\tattr\n")
+    summary = ingest([src], tmp_path / "ds")
+    assert texts_of(tmp_path / "ds", "tgt") == ["eins", "zwei"]
+    assert summary.rejects == {"tsv_field_count": 2}
+    assert [r["origin"]["line"] for r in rejects_of(tmp_path / "ds")] == [2, 3]
+
+
+def test_tsv_columns_beyond_the_file_is_a_usage_error(tmp_path: Path):
+    src = write(tmp_path / "c.tsv", b"a\tb\n")
+    result = run_cli("ingest", src, "--out", tmp_path / "ds", "--columns", "0,5")
+    assert result.exit_code == 2
+    assert "--columns 0,5" in result.stderr and str(src) in result.stderr
+    assert_no_dataset(tmp_path / "ds")
+
+
+def test_empty_lines_in_a_moses_pair(tmp_path: Path):
+    en = write(tmp_path / "p.en", b"Hello\n\n\nBye\n")
+    de = write(tmp_path / "p.de", b"Hallo\n\nnur deutsch\nTschuss\n")
+    summary = ingest([en, de], tmp_path / "ds")
+    assert summary.rejects == {"empty_field": 1, "empty_line": 1}
+    assert [(r["origin"]["line"], r["reason"], r["raw"]) for r in rejects_of(tmp_path / "ds")] \
+        == [(2, "empty_line", b"\n"), (3, "empty_field", b"\nnur deutsch")]
+
+
+def test_crlf_bom_and_missing_final_newline(tmp_path: Path):
+    src = write(tmp_path / "c.tsv", b"\xef\xbb\xbfHi.\tHallo.\r\nBye.\tTschuss.\r\nLast\tLetzte")
+    ingest([src], tmp_path / "ds")
+    assert texts_of(tmp_path / "ds") == ["Hi.", "Bye.", "Last"]
+    assert texts_of(tmp_path / "ds", "tgt") == ["Hallo.", "Tschuss.", "Letzte"]
+
+
+def test_jsonl_reasons(tmp_path: Path):
+    lines = [
+        json.dumps({"en": "Hello", "de": "Hallo", "extra": 1}),
+        "{not json",
+        json.dumps({"en": "only en"}),
+        json.dumps({"en": "x", "de": 5}),
+        json.dumps(["a", "b"]),
+        json.dumps({"en": "Bye", "de": "Tschüss"}, ensure_ascii=False),
+    ]
+    src = write(tmp_path / "c.jsonl", "\n".join(lines).encode() + b"\n")
+    summary = ingest([src], tmp_path / "ds", keys=["en", "de"])
+    assert texts_of(tmp_path / "ds", "tgt") == ["Hallo", "Tschüss"]
+    assert summary.rejects == {"invalid_json": 2, "missing_key": 1, "not_a_string": 1}
+
+
+def test_parquet_columns_nulls_and_types(tmp_path: Path):
+    table = pa.table({"en": ["a", None, "c"], "de": ["x", "y", ""], "n": [1, 2, 3]})
+    pq.write_table(table, tmp_path / "c.parquet")
+    summary = ingest([tmp_path / "c.parquet"], tmp_path / "ds", columns=["en", "de"])
+    assert texts_of(tmp_path / "ds") == ["a"]
+    assert summary.rejects == {"empty_field": 1, "null_field": 1}
+    result = run_cli("ingest", tmp_path / "c.parquet", "--out", tmp_path / "ds2",
+                     "--columns", "en,n")
+    assert result.exit_code == 2 and "'n' is int64" in result.stderr
+
+
+# --- whole-file problems: one line naming the file, non-zero exit, no manifest -----------------
+
+def test_moses_line_count_mismatch_names_both_files_and_counts(tmp_path: Path):
+    en = write(tmp_path / "train.en", b"a\nb\nc\n")
+    de = write(tmp_path / "train.de", b"x\ny\n")
+    result = run_cli("ingest", en, de, "--out", tmp_path / "ds")
+    assert result.exit_code == 2
+    assert f"{en} has 3 lines" in result.stderr and f"{de} has 2" in result.stderr
+    assert not (tmp_path / "ds").exists()  # nothing is written
+
+
+def big_text(lines: int = 20000) -> bytes:
+    return b"".join(b"sentence number %d\tSatz Nummer %d\n" % (i, i) for i in range(lines))
+
+
+@pytest.mark.parametrize("suffix,compress", [
+    (".gz", gzip.compress), (".xz", lzma.compress), (".bz2", bz2.compress),
+    (".zst", lambda data: zstandard.ZstdCompressor().compress(data)),
+])
+def test_truncated_compressed_file(tmp_path: Path, suffix: str, compress):
+    packed = compress(big_text())
+    src = write(tmp_path / f"c.tsv{suffix}", packed[: len(packed) // 2])
+    result = run_cli("ingest", src, "--out", tmp_path / "ds")
+    assert result.exit_code == 2
+    assert "truncated" in result.stderr and str(src) in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "ds").exists()
+
+
+def test_corrupt_gzip(tmp_path: Path):
+    packed = bytearray(gzip.compress(big_text()))
+    packed[len(packed) // 2] ^= 0xFF
+    src = write(tmp_path / "c.tsv.gz", bytes(packed))
+    result = run_cli("ingest", src, "--out", tmp_path / "ds")
+    assert result.exit_code == 2 and "corrupt" in result.stderr and str(src) in result.stderr
+
+
+@pytest.mark.parametrize("suffix,compress", [
+    (".gz", gzip.compress), (".xz", lzma.compress), (".bz2", bz2.compress),
+    (".zst", lambda data: zstandard.ZstdCompressor().compress(data)),
+])
+def test_compressed_inputs_read_like_plain_ones(tmp_path: Path, suffix: str, compress):
+    data = big_text(3000)
+    write(tmp_path / "plain.tsv", data)
+    write(tmp_path / f"packed.tsv{suffix}", compress(data))
+    ingest([tmp_path / "plain.tsv"], tmp_path / "a")
+    ingest([tmp_path / f"packed.tsv{suffix}"], tmp_path / "b")
+    assert (tmp_path / "a/shard-00000.arrow").read_bytes() == \
+        (tmp_path / "b/shard-00000.arrow").read_bytes()
+
+
+def test_missing_input_file(tmp_path: Path):
+    result = run_cli("ingest", tmp_path / "nope.tsv", "--out", tmp_path / "ds")
+    assert result.exit_code == 2 and f"{tmp_path / 'nope.tsv'} does not exist" in result.stderr
+    assert not (tmp_path / "ds").exists()
+
+
+def test_unknown_format_asks_for_format(tmp_path: Path):
+    src = write(tmp_path / "corpus.dat", b"a\tb\n")
+    result = run_cli("ingest", src, "--out", tmp_path / "ds")
+    assert result.exit_code == 2 and "--format" in result.stderr
+
+
+def test_unwritable_output(tmp_path: Path):
+    blocker = write(tmp_path / "file", b"")
+    src = write(tmp_path / "c.tsv", b"a\tb\n")
+    result = run_cli("ingest", src, "--out", blocker / "ds")
+    assert result.exit_code == 1 and str(blocker) in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_full_disk_injected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A write that fails with ENOSPC: one line, exit 1, no manifest, no shard left."""
+    import spr_data.writer as writer
+
+    def no_space(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(writer.os, "fsync", no_space)
+    src = write(tmp_path / "c.tsv", big_text(100))
+    result = run_cli("ingest", src, "--out", tmp_path / "ds")
+    assert result.exit_code == 1 and "no space left" in result.stderr
+    assert not (tmp_path / "ds").exists()
+
+
+def test_full_disk_on_a_real_small_filesystem(tmp_path: Path):
+    """The same on a real 1 MiB tmpfs, where the machine lets us mount one (root, Linux)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+                             capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        src = write(tmp_path / "c.tsv", big_text(100000))  # ~3.5 MB
+        result = run_cli("ingest", src, "--out", mnt / "ds", "--shard-bytes", "256K")
+        assert result.exit_code == 1 and "no space left" in result.stderr
+        assert str(mnt / "ds") in result.stderr
+        assert not (mnt / "ds").exists()
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_existing_dataset_is_replaced_only_with_overwrite(tmp_path: Path):
+    src = write(tmp_path / "c.tsv", b"a\tb\n")
+    assert run_cli("ingest", src, "--out", tmp_path / "ds").exit_code == 0
+    again = run_cli("ingest", src, "--out", tmp_path / "ds")
+    assert again.exit_code == 1 and "--overwrite" in again.stderr
+    assert run_cli("ingest", src, "--out", tmp_path / "ds", "--overwrite").exit_code == 0
+    assert verify_dataset(tmp_path / "ds").ok
+
+
+def test_a_directory_with_other_files_is_refused(tmp_path: Path):
+    (tmp_path / "ds").mkdir()
+    write(tmp_path / "ds/notes.txt", b"mine")
+    src = write(tmp_path / "c.tsv", b"a\tb\n")
+    with pytest.raises(OutputError, match="not empty"):
+        ingest([src], tmp_path / "ds")
+    assert (tmp_path / "ds/notes.txt").read_bytes() == b"mine"
+
+
+def test_leftovers_of_a_killed_run_are_cleared(tmp_path: Path):
+    out = tmp_path / "ds"
+    (out / "rejects").mkdir(parents=True)
+    write(out / "shard-00000.arrow.tmp", b"partial")
+    write(out / "shard-00007.arrow", b"stale")
+    src = write(tmp_path / "c.tsv", b"a\tb\n")
+    ingest([src], out)
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "rejects",
+                                                     "shard-00000.arrow"]
+    assert verify_dataset(out).ok
+
+
+# --- malformed datasets ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("mangle,message", [
+    (lambda m: "{not json", "not valid JSON"),
+    (lambda m: json.dumps({k: v for k, v in m.items() if k != "shards"}), "missing key 'shards'"),
+    (lambda m: json.dumps({**m, "rows": "many"}), "'rows' should be int"),
+    (lambda m: json.dumps({**m, "rows": m["rows"] + 1}), "but the shards hold"),
+    (lambda m: json.dumps({**m, "kind": "triple"}), "kind should be one of"),
+    (lambda m: json.dumps({**m, "format_version": 99}), "format_version 99"),
+    (lambda m: json.dumps({**m, "shards": [{**m["shards"][0], "file": "../x"}]}),
+     "plain file name"),
+])
+def test_malformed_manifest_is_a_clear_error(tmp_path: Path, mangle, message: str):
+    src = write(tmp_path / "c.tsv", b"a\tb\n")
+    ingest([src], tmp_path / "ds")
+    manifest = tmp_path / "ds/manifest.json"
+    manifest.write_text(mangle(json.loads(manifest.read_text())))
+    for command in ("info", "verify"):
+        result = run_cli(command, tmp_path / "ds")
+        assert result.exit_code == 2, result.stderr
+        assert message in result.stderr and str(manifest) in result.stderr
+
+
+def test_a_directory_without_manifest_is_not_a_dataset(tmp_path: Path):
+    result = run_cli("info", tmp_path)
+    assert result.exit_code == 2 and "no manifest.json" in result.stderr
+
+
+def test_a_file_without_any_tsv_line_is_an_error_not_all_rejects(tmp_path: Path):
+    src = write(tmp_path / "c.tsv", b"just text\nno tabs here\n\n")
+    result = run_cli("ingest", src, "--out", tmp_path / "ds")
+    assert result.exit_code == 2 and "tab-separated fields" in result.stderr
+    assert not (tmp_path / "ds").exists()

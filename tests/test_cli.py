@@ -1,0 +1,65 @@
+"""The CLI contract: exit codes, one JSON object on stdout with --json, the demo."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import run_cli
+
+
+def test_ingest_json_is_one_object_on_stdout(corpora: Path, tmp_path: Path):
+    src = corpora / "parallel/tatoeba_manythings_eng-ben.tsv"
+    result = run_cli("ingest", src, "--out", tmp_path / "ds", "--langs", "en-bn", "--json")
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)  # exactly one JSON document, nothing else
+    assert data["rows"] == 4387 and data["langs"] == ["en", "bn"] and data["kind"] == "parallel"
+
+
+def test_info_json_describes_the_dataset(corpora: Path, tmp_path: Path):
+    src = corpora / "parallel/tatoeba_manythings_eng-ben.tsv"
+    run_cli("ingest", src, "--out", tmp_path / "ds", "--shard-rows", "1000")
+    result = run_cli("info", tmp_path / "ds", "--json", "--samples", "2")
+    data = json.loads(result.stdout)
+    assert (data["rows"], data["shards"], data["kind"]) == (4387, 5, "parallel")
+    assert len(data["samples"]) == 2 and data["samples"][0]["id"] == 0
+    assert data["lineage"]["stage"] == "ingest"
+    human = run_cli("info", tmp_path / "ds")
+    assert human.exit_code == 0 and "4,387" in human.stdout
+
+
+def test_mono_with_lang(corpora: Path, tmp_path: Path):
+    src = corpora / "mono/ben_wiki_sipc.txt.gz"
+    result = run_cli("ingest", src, "--out", tmp_path / "ds", "--lang", "bn", "--json")
+    assert json.loads(result.stdout)["kind"] == "mono"
+
+
+def test_bad_usage_exits_2(tmp_path: Path):
+    assert run_cli("ingest", "--out", tmp_path / "ds").exit_code == 2  # no input
+    src = tmp_path / "c.tsv"
+    src.write_bytes(b"a\tb\n")
+    both = run_cli("ingest", src, "--out", tmp_path / "ds", "--langs", "en-de", "--lang", "en")
+    assert both.exit_code == 2 and "not both" in both.stderr
+    bad_langs = run_cli("ingest", src, "--out", tmp_path / "ds", "--langs", "english")
+    assert bad_langs.exit_code == 2 and "SRC-TGT" in bad_langs.stderr
+    bad_size = run_cli("ingest", src, "--out", tmp_path / "ds", "--shard-bytes", "lots")
+    assert bad_size.exit_code == 2
+
+
+def test_demo_runs_end_to_end(tmp_path: Path):
+    result = run_cli("demo", "--out", tmp_path / "demo", "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    tatoeba = data["datasets"]["tatoeba-eng-cmn"]
+    opennmt = data["datasets"]["opennmt-en-de"]
+    assert tatoeba["verified"] and opennmt["verified"]
+    assert tatoeba["rows"] == 2000 and tatoeba["sample"]["src"]
+    assert opennmt["first_reject"]["reason"] == "empty_field"
+    assert opennmt["first_reject"]["origin"]["line"] == 5
+    human = run_cli("demo", "--out", tmp_path / "demo2")
+    assert human.exit_code == 0 and "verify: ok" in human.stdout
+
+
+def test_version():
+    result = run_cli("--version")
+    assert result.exit_code == 0 and result.stdout.startswith("spr-data ")

@@ -1,0 +1,131 @@
+"""Random access, iteration and sharding of an ingested dataset."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spr_data import DatasetError, ingest, open_dataset
+
+
+def make_corpus(tmp_path: Path, n: int = 5000) -> tuple[Path, list[tuple[str, str]]]:
+    pairs = [(f"sentence {i} " + "word " * (i % 17), f"Satz {i} ä" + "ü" * (i % 5))
+             for i in range(n)]
+    src = tmp_path / "c.tsv"
+    src.write_text("".join(f"{a}\t{b}\n" for a, b in pairs), encoding="utf-8")
+    return src, pairs
+
+
+@pytest.fixture
+def sharded(tmp_path: Path) -> tuple[Path, list[tuple[str, str]]]:
+    src, pairs = make_corpus(tmp_path)
+    ingest([src], tmp_path / "ds", shard_rows=700)
+    return tmp_path / "ds", pairs
+
+
+def test_shards_roll_over_by_rows(sharded):
+    path, pairs = sharded
+    ds = open_dataset(path)
+    assert [s.rows for s in ds.manifest.shards] == [700] * 7 + [100]
+    assert [s.first_id for s in ds.manifest.shards] == list(range(0, 5000, 700))
+    assert len(ds) == len(pairs)
+
+
+def test_shards_roll_over_by_bytes(tmp_path: Path):
+    src, pairs = make_corpus(tmp_path)
+    ingest([src], tmp_path / "ds", shard_bytes=40_000)
+    ds = open_dataset(tmp_path / "ds")
+    assert len(ds.manifest.shards) > 5
+    assert all(s.bytes < 40_000 * 1.5 for s in ds.manifest.shards)
+    assert ds.take(range(len(ds))).column("src").to_pylist() == [a for a, _ in pairs]
+
+
+def test_take_returns_rows_in_the_order_given_across_shards(sharded):
+    path, pairs = sharded
+    ds = open_dataset(path)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        idx = rng.integers(0, len(pairs), size=int(rng.integers(1, 300)))
+        table = ds.take(idx)
+        assert list(zip(table.column("src").to_pylist(), table.column("tgt").to_pylist(),
+                        strict=True)) == [pairs[i] for i in idx]
+        assert table.column("id").to_pylist() == idx.tolist()
+
+
+def test_take_with_repeats_and_single_shard(sharded):
+    path, pairs = sharded
+    ds = open_dataset(path)
+    assert ds.take([3, 3, 1]).column("src").to_pylist() == [pairs[3][0], pairs[3][0], pairs[1][0]]
+    assert ds.take([]).num_rows == 0
+
+
+def test_getitem_and_bounds(sharded):
+    path, pairs = sharded
+    ds = open_dataset(path)
+    assert ds[0]["src"] == pairs[0][0]
+    assert ds[-1]["tgt"] == pairs[-1][1]
+    assert ds[2100]["origin"] == {"input": 0, "line": 2101}
+    with pytest.raises(IndexError):
+        ds[len(pairs)]
+    with pytest.raises(IndexError):
+        ds.take([0, len(pairs)])
+
+
+def test_iter_batches_yields_every_row_once_in_order(sharded):
+    path, pairs = sharded
+    ds = open_dataset(path)
+    batches = list(ds.iter_batches(256))
+    assert max(b.num_rows for b in batches) == 256
+    assert [s for b in batches for s in b.column("src").to_pylist()] == [a for a, _ in pairs]
+
+
+def test_scan_gives_a_polars_lazyframe(sharded):
+    path, pairs = sharded
+    frame = open_dataset(path).scan().select("id", "src").collect()
+    assert frame.height == len(pairs)
+    assert frame["src"].to_list()[:3] == [a for a, _ in pairs[:3]]
+
+
+def test_opening_reads_only_the_manifest(sharded):
+    path, _ = sharded
+    (path / "shard-00003.arrow").unlink()
+    ds = open_dataset(path)  # still opens: shards are mapped on first use
+    assert ds[0]["id"] == 0
+    with pytest.raises(DatasetError, match="shard-00003"):
+        ds[2100]
+
+
+def test_same_inputs_give_byte_identical_shards(tmp_path: Path):
+    src, _ = make_corpus(tmp_path)
+    ingest([src], tmp_path / "a", shard_rows=900)
+    ingest([src], tmp_path / "b", shard_rows=900)
+    a = json.loads((tmp_path / "a/manifest.json").read_text())
+    b = json.loads((tmp_path / "b/manifest.json").read_text())
+    assert a["shards"] == b["shards"]
+    for shard in a["shards"]:
+        assert (tmp_path / "a" / shard["file"]).read_bytes() == \
+            (tmp_path / "b" / shard["file"]).read_bytes()
+
+
+def test_empty_input_gives_an_empty_dataset(tmp_path: Path):
+    src = tmp_path / "empty.txt"
+    src.write_bytes(b"")
+    summary = ingest([src], tmp_path / "ds")
+    ds = open_dataset(tmp_path / "ds")
+    assert summary.rows == len(ds) == 0
+    assert ds.take([]).num_rows == 0 and ds.scan().collect().height == 0
+
+
+def test_manifest_holds_the_contract_keys(sharded):
+    path, _ = sharded
+    m = json.loads((path / "manifest.json").read_text())
+    for key in ("format_version", "kind", "langs", "rows", "shards", "rejects", "lineage"):
+        assert key in m
+    assert set(m["shards"][0]) >= {"file", "rows", "bytes", "hash", "first_id"}
+    assert m["lineage"]["inputs"][0]["files"][0]["sha256"]
+    assert m["lineage"]["stage"] == "ingest"
+    rejects = open_dataset(path / "rejects")
+    assert "reason" in rejects.schema.names

@@ -1,0 +1,53 @@
+"""Properties over generated inputs: ids partition the input; any Unicode text round-trips."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from spr_data import ingest, open_dataset, verify_dataset
+
+GOOD = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\t\n\r\x00"),
+               min_size=1, max_size=12).map(lambda s: s.encode())
+BAD_LINE = st.sampled_from([b"", b"\xff\xfe", b"a\x00b\tc", b"one-field", b"a\tb\tc\td"])
+LINE = st.one_of(st.tuples(GOOD, GOOD).map(lambda p: p[0] + b"\t" + p[1]), BAD_LINE)
+
+
+@given(lines=st.lists(LINE, max_size=60), first_good=st.tuples(GOOD, GOOD),
+       at=st.integers(0, 60), shard_rows=st.integers(1, 25))
+def test_row_and_reject_ids_partition_the_input(
+        lines: list[bytes], first_good: tuple[bytes, bytes], at: int, shard_rows: int):
+    lines.insert(min(at, len(lines)), first_good[0] + b"\t" + first_good[1])
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "c.tsv"
+        src.write_bytes(b"".join(line + b"\n" for line in lines))
+        summary = ingest([src], Path(tmp) / "ds", shard_rows=shard_rows)
+        ds = open_dataset(Path(tmp) / "ds")
+        rejects = ds.rejects
+        assert rejects is not None
+        row_ids = ds.take(range(len(ds))).column("id").to_pylist()
+        reject_ids = rejects.take(range(len(rejects))).column("id").to_pylist()
+        assert sorted(row_ids + reject_ids) == list(range(len(lines)))
+        assert summary.records == len(lines) == len(ds) + len(rejects)
+        # every reject keeps its exact input line
+        raws = rejects.take(range(len(rejects))).column("raw").to_pylist()
+        assert raws == [lines[i] for i in reject_ids]
+        assert verify_dataset(Path(tmp) / "ds").ok
+
+
+TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r\x00"),
+               min_size=1, max_size=40).filter(lambda s: not s.startswith("\ufeff"))
+
+
+@given(texts=st.lists(TEXT, min_size=1, max_size=40), crlf=st.booleans())
+def test_any_unicode_text_round_trips(texts: list[str], crlf: bool):
+    end = "\r\n" if crlf else "\n"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "c.txt"
+        src.write_bytes("".join(t + end for t in texts).encode("utf-8"))
+        ingest([src], Path(tmp) / "ds", shard_rows=7)
+        ds = open_dataset(Path(tmp) / "ds")
+        assert ds.take(range(len(ds))).column("text").to_pylist() == texts

@@ -1,0 +1,82 @@
+"""``verify`` notices any difference between the shards and the manifest."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+
+from spr_data import ingest, verify_dataset
+from spr_data.fsio import sha256_file
+from tests.conftest import run_cli
+
+
+def build(tmp_path: Path) -> Path:
+    src = tmp_path / "c.tsv"
+    src.write_bytes(b"".join(b"s %d\tt %d\n" % (i, i) for i in range(3000)) + b"\n\xff\tx\n")
+    ingest([src], tmp_path / "ds", shard_rows=1000)
+    return tmp_path / "ds"
+
+
+def test_a_fresh_dataset_verifies(tmp_path: Path):
+    ds = build(tmp_path)
+    report = verify_dataset(ds)
+    assert report.ok and report.rows == 3000 and report.rejects and report.rejects.rows == 2
+    result = run_cli("verify", ds)
+    assert result.exit_code == 0 and "ok" in result.stdout
+
+
+def test_a_flipped_byte_is_named_by_shard(tmp_path: Path):
+    ds = build(tmp_path)
+    shard = ds / "shard-00001.arrow"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 1
+    shard.write_bytes(bytes(data))
+    result = run_cli("verify", ds)
+    assert result.exit_code == 1
+    assert "shard-00001.arrow" in result.stderr and "hash" in result.stderr
+    assert "shard-00000" not in result.stderr
+
+
+def test_missing_and_resized_shards(tmp_path: Path):
+    ds = build(tmp_path)
+    (ds / "shard-00000.arrow").unlink()
+    with open(ds / "shard-00002.arrow", "ab") as f:
+        f.write(b"junk")
+    report = verify_dataset(ds)
+    assert not report.ok
+    text = "\n".join(report.problems)
+    assert "shard-00000.arrow: missing" in text and "shard-00002.arrow:" in text
+
+
+def test_duplicated_ids_break_the_partition(tmp_path: Path):
+    """A shard rewritten with another shard's ids (and a matching hash) is still caught."""
+    ds = build(tmp_path)
+    path = ds / "shard-00001.arrow"
+    with pa.memory_map(str(ds / "shard-00000.arrow")) as f:
+        first = pa.ipc.open_file(f).read_all()
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, first.schema) as w:
+        w.write_table(first.combine_chunks())
+    manifest = json.loads((ds / "manifest.json").read_text())
+    manifest["shards"][1].update(bytes=path.stat().st_size, hash=sha256_file(path), first_id=0)
+    (ds / "manifest.json").write_text(json.dumps(manifest))
+    report = verify_dataset(ds)
+    assert not report.ok
+    assert any("more than once" in p for p in report.all_problems())
+
+
+def test_tampered_reject_counts(tmp_path: Path):
+    ds = build(tmp_path)
+    manifest = json.loads((ds / "manifest.json").read_text())
+    manifest["rejects"] = {"empty_line": 2}
+    (ds / "manifest.json").write_text(json.dumps(manifest))
+    report = verify_dataset(ds)
+    assert not report.ok and any("rejects" in p for p in report.problems)
+
+
+def test_verify_json(tmp_path: Path):
+    ds = build(tmp_path)
+    result = run_cli("verify", ds, "--json")
+    data = json.loads(result.stdout)
+    assert data["ok"] is True and data["rows"] == 3000 and data["rejects"]["rows"] == 2
