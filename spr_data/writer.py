@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +32,8 @@ class ShardWriter:
     A shard is one uncompressed record batch, so a reader maps it with zero copies and gathers
     random rows with a single ``take``. A shard rolls over before it passes ``shard_rows`` rows
     or ``shard_bytes`` bytes (counting text bytes plus fixed-width columns); it is written to a
-    temporary name, fsynced, then renamed. Memory held is about one shard.
+    temporary name, fsynced, then renamed, in a background thread. Memory held is about two
+    shards: the one filling and the one being written.
     """
 
     def __init__(
@@ -54,6 +56,8 @@ class ShardWriter:
         self._pending: list[pa.RecordBatch] = []
         self._pending_rows = 0
         self._pending_bytes = 0
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spr-data-shard")
+        self._in_flight: Future[ShardInfo] | None = None
 
     def write(self, batch: pa.RecordBatch) -> None:
         """Append rows; full shards are written as they fill."""
@@ -80,19 +84,40 @@ class ShardWriter:
                 self._flush()
 
     def close(self) -> list[ShardInfo]:
-        """Write the last shard and return every shard's record."""
+        """Write the last shard, wait for every write, and return the shards' records."""
         self._flush()
+        self._wait()
+        self._pool.shutdown()
         if self.directory.exists():
             fsync_dir(self.directory)
         return self.shards
 
+    def abort(self) -> None:
+        """Stop writing after a failure elsewhere; the caller removes the files."""
+        self._pending = []
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
     def _flush(self) -> None:
+        """Hand the pending rows to the background thread as one shard.
+
+        Writing, fsync and hashing release the GIL, so they overlap the parsing of the next
+        rows; at most one shard is in flight, which bounds memory.
+        """
         if not self._pending_rows:
             return
         table = pa.Table.from_batches(self._pending, self.schema).combine_chunks()
         batch = table.to_batches()[0]  # one batch: combine_chunks left one chunk per column
         self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
-        name = shard_name(len(self.shards))
+        self._wait()
+        name = shard_name(len(self.shards) + (self._in_flight is not None))
+        self._in_flight = self._pool.submit(self._write_shard, name, batch)
+
+    def _wait(self) -> None:
+        if self._in_flight is not None:
+            future, self._in_flight = self._in_flight, None
+            self.shards.append(future.result())
+
+    def _write_shard(self, name: str, batch: pa.RecordBatch) -> ShardInfo:
         final = self.directory / name
         tmp = self.directory / (name + TMP_SUFFIX)
         try:
@@ -111,7 +136,7 @@ class ShardWriter:
             tmp.unlink(missing_ok=True)
             raise OutputError(os_error_message(exc, tmp)) from exc
         first_id = batch.column(ID)[0].as_py() if ID in self.schema.names else None
-        self.shards.append(ShardInfo(name, batch.num_rows, size, digest, first_id))
+        return ShardInfo(name, batch.num_rows, size, digest, first_id)
 
 
 def _row_nbytes(batch: pa.RecordBatch) -> np.ndarray:

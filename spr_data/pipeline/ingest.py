@@ -125,6 +125,8 @@ def ingest(
             lineage=lineage)
         write_manifest(out, manifest)
     except BaseException as exc:
+        rows.abort()
+        rejects.abort()
         _remove_outputs(out, created_out)
         if isinstance(exc, OSError):
             raise OutputError(os_error_message(exc, out)) from exc
