@@ -107,7 +107,7 @@ def ingest(
     shard_rows: Annotated[int | None, typer.Option(
         "--shard-rows", min=1, help="Roll over to a new shard after N rows.")] = None,
     shard_bytes: Annotated[str, typer.Option(
-        "--shard-bytes", help="Roll over after this much data (e.g. 64M, 1G).")] = "128M",
+        "--shard-bytes", help="Roll over after this much data (e.g. 64M, 1G).")] = "256M",
     overwrite: Annotated[bool, typer.Option("--overwrite",
                                             help="Replace an existing dataset.")] = False,
     as_json: JsonOption = False,
@@ -138,6 +138,51 @@ def ingest(
     if summary.rejects:
         console.out.print(console.table(None, ["reason", "rejected"],
                                         [[k, f"{v:,}"] for k, v in summary.rejects.items()]))
+
+
+@app.command()
+@_reports_errors
+def clean(
+    dataset: Annotated[Path, typer.Argument(help="Dataset directory to clean.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the kept rows.")],
+    recipe: Annotated[Path | None, typer.Option(
+        "--recipe", help="TOML recipe (default: built-in defaults for the languages).")] = None,
+    workers: Annotated[int | None, typer.Option(
+        "--workers", min=1, help="Worker processes (default: all cores).")] = None,
+    quarantine: Annotated[Path | None, typer.Option(
+        "--quarantine", help="JSONL of row ids to reject as 'quarantined'.")] = None,
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="Replace an existing output or an unfinished run.")] = False,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Run the QA stages: keep good rows, keep every rejected row with its reasons."""
+    from spr_data.pipeline.clean import clean as run_clean
+
+    with console.progress_steps(enabled=not quiet) as progress:
+        report = run_clean(dataset, out, recipe=recipe, workers=workers, quarantine=quarantine,
+                           overwrite=overwrite, on_progress=progress)
+    if as_json:
+        data = report.to_json()
+        data.pop("distributions", None)  # the full histograms are in report.json
+        console.print_json(data)
+        return
+    console.out.print(
+        f"[bold]{out}[/]: kept {report.rows_kept:,} of {report.rows_in:,} rows "
+        f"({report.rows_kept / max(report.rows_in, 1):.1%}); rejected {report.rows_rejected:,} "
+        f"→ {out / 'rejects'}; {report.seconds:.1f} s")
+    rows = []
+    for stage in report.stages:
+        rows.append([stage["name"], f"{stage['rows_in']:,}", f"-{stage['removed']:,}",
+                     f"{stage['rows_out']:,}",
+                     ", ".join(f"{r} {n:,}" for r, n in sorted(
+                         stage["by_reason"].items(), key=lambda kv: -kv[1]))])
+    console.out.print(console.table("waterfall", ["stage", "in", "removed", "out", "reasons"],
+                                    rows))
+    if report.align:
+        console.out.print(f"alignment threshold {report.align['threshold']:.3f} "
+                          f"(trained on {report.align['trained_on']:,} pairs); "
+                          f"details in {out / 'report.json'}")
 
 
 @app.command()

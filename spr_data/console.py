@@ -12,14 +12,24 @@ from rich.console import Console
 from rich.progress import (
     BarColumn,
     DownloadColumn,
+    MofNCompleteColumn,
     Progress,
     TextColumn,
+    TimeElapsedColumn,
     TimeRemainingColumn,
     TransferSpeedColumn,
 )
 from rich.table import Table
 
-__all__ = ["err", "out", "print_error", "print_json", "progress_bytes", "table"]
+__all__ = [
+    "err",
+    "out",
+    "print_error",
+    "print_json",
+    "progress_bytes",
+    "progress_steps",
+    "table",
+]
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -57,5 +67,24 @@ def progress_bytes(description: str, *, enabled: bool) -> Iterator[Callable[[int
 
         def update(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+@contextmanager
+def progress_steps(*, enabled: bool) -> Iterator[Callable[[str, int, int], None]]:
+    """One bar per named step (shards done of total) on a terminal; a no-op otherwise."""
+    if not enabled or not err.is_terminal:
+        yield lambda step, done, total: None
+        return
+    with Progress(TextColumn("{task.description:<8}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("shards"), TimeElapsedColumn(), console=err,
+                  transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def update(step: str, done: int, total: int) -> None:
+            if step not in tasks:
+                tasks[step] = bar.add_task(step, total=total)
+            bar.update(tasks[step], completed=done, total=total)
 
         yield update

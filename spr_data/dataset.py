@@ -7,7 +7,9 @@ with one ``take`` per record batch touched, then put back in the caller's order.
 
 from __future__ import annotations
 
+import bisect
 import itertools
+import operator
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,8 +26,52 @@ if TYPE_CHECKING:
 __all__ = ["Dataset", "open_dataset"]
 
 
+#: Above this many indices, Arrow's own ``take`` per shard beats gathering row by row.
+_GATHER_MAX_ROWS = 8192
+
+
+class _Leaf:
+    """Zero-copy numpy views of one leaf column of a shard: values, or offsets + data."""
+
+    __slots__ = ("data", "offsets", "values")
+
+    def __init__(self, arr: pa.Array) -> None:
+        buffers = arr.buffers()
+        t = arr.type
+        self.values: np.ndarray | None = None
+        self.offsets: np.ndarray | None = None
+        self.data: memoryview | None = None
+        if pa.types.is_primitive(t) and not pa.types.is_boolean(t):
+            self.values = np.frombuffer(buffers[1], dtype=t.to_pandas_dtype(), count=len(arr),
+                                        offset=arr.offset * (t.bit_width // 8))
+        else:
+            width = np.int64 if (pa.types.is_large_string(t) or pa.types.is_large_binary(t)) \
+                else np.int32
+            self.offsets = np.frombuffer(buffers[1], dtype=width, count=len(arr) + 1,
+                                         offset=arr.offset * np.dtype(width).itemsize)
+            self.data = memoryview(buffers[2]) if buffers[2] is not None else memoryview(b"")
+
+
+def _gatherable(t: pa.DataType) -> bool:
+    if pa.types.is_struct(t):
+        return all(_gatherable(t.field(i).type) for i in range(t.num_fields))
+    return (pa.types.is_primitive(t) and not pa.types.is_boolean(t)) or pa.types.is_string(t) \
+        or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t)
+
+
+def _leaves(arr: pa.Array) -> list[_Leaf]:
+    if pa.types.is_struct(arr.type):
+        return [leaf for i in range(arr.type.num_fields) for leaf in _leaves(arr.field(i))]
+    return [_Leaf(arr)]
+
+
 class _Shard:
-    """One memory-mapped shard: its record batches and where each starts."""
+    """One memory-mapped shard: its record batches and where each starts.
+
+    A shard of one record batch without nulls also gets numpy views of its columns
+    (``leaves``), so a random batch spanning many shards is gathered with a few numpy
+    operations per shard instead of a full Arrow ``take`` per shard.
+    """
 
     def __init__(self, path: Path, schema: pa.Schema) -> None:
         try:
@@ -37,10 +83,46 @@ class _Shard:
             raise DatasetError(f"shard {path} has schema {reader.schema}, expected {schema}")
         self.batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
         self.starts = np.cumsum([0] + [b.num_rows for b in self.batches], dtype=np.int64)
+        self.leaves: list[_Leaf] | None = None
+        if len(self.batches) == 1 and self.batches[0].num_rows \
+                and all(_gatherable(f.type) for f in schema):
+            batch = self.batches[0]
+            if all(c.null_count == 0 for c in batch.columns):
+                self.leaves = [leaf for c in batch.columns for leaf in _leaves(c)]
+        self._row = _row_reader(schema, self.leaves) if self.leaves is not None else None
 
     def take(self, local: np.ndarray) -> pa.RecordBatch:
         return _grouped_take(local, self.starts,
                              lambda k, rows: self.batches[k].take(pa.array(rows)))
+
+    def row(self, local: int) -> dict[str, Any]:
+        if self._row is not None:
+            return self._row(local)
+        k = int(np.searchsorted(self.starts, local, side="right")) - 1
+        row: dict[str, Any] = self.batches[k].slice(local - int(self.starts[k]), 1).to_pylist()[0]
+        return row
+
+
+def _row_reader(schema: pa.Schema, leaves: list[_Leaf]) -> Callable[[int], dict[str, Any]]:
+    """A function that reads row ``i`` straight from the leaf views, compiled once per shard."""
+    remaining = iter(leaves)
+
+    def compile_type(t: pa.DataType) -> Callable[[int], Any]:
+        if pa.types.is_struct(t):
+            fields = [(t.field(i).name, compile_type(t.field(i).type)) for i in range(t.num_fields)]
+            return lambda i: {name: get(i) for name, get in fields}
+        leaf = next(remaining)
+        if leaf.values is not None:
+            values = leaf.values
+            return lambda i: values[i].item()
+        offsets, data = leaf.offsets, leaf.data
+        assert offsets is not None and data is not None  # noqa: S101 - var-width leaf
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            return lambda i: str(data[offsets[i]:offsets[i + 1]], "utf-8")
+        return lambda i: bytes(data[offsets[i]:offsets[i + 1]])
+
+    getters = [(f.name, compile_type(f.type)) for f in schema]
+    return lambda i: {name: get(i) for name, get in getters}
 
 
 def _grouped_take(
@@ -59,9 +141,55 @@ def _grouped_take(
         take_part(int(sorted_part[a]), sorted_idx[a:b] - starts[sorted_part[a]])
         for a, b in itertools.pairwise(bounds)
     ]
+    return pa.concat_batches(pieces).take(pa.array(_inverse(order)))
+
+
+def _inverse(order: np.ndarray) -> np.ndarray:
     inverse = np.empty_like(order)
     inverse[order] = np.arange(len(order))
-    return pa.concat_batches(pieces).take(pa.array(inverse))
+    return inverse
+
+
+def _gather(schema: pa.Schema, parts: list[tuple[_Shard, np.ndarray]],
+            inverse: np.ndarray) -> pa.RecordBatch:
+    """Rows ``local`` of each shard in ``parts``; row ``i`` of the result is row
+    ``inverse[i]`` of the parts concatenated."""
+    n = len(inverse)
+    nexts = [local + 1 for _, local in parts]
+    reorder = operator.itemgetter(*inverse.tolist()) if n > 1 else None
+    columns: list[Any] = []
+    for j, leaf in enumerate(parts[0][0].leaves or []):
+        shard_leaves = [s.leaves[j] for s, _ in parts]  # type: ignore[index]
+        if leaf.values is not None:
+            values = np.concatenate([lf.values[local]  # type: ignore[index]
+                                     for lf, (_, local) in zip(shard_leaves, parts,
+                                                               strict=True)])
+            columns.append(values[inverse])
+            continue
+        pieces: list[memoryview] = []
+        lengths = []
+        for lf, (_, local), after in zip(shard_leaves, parts, nexts, strict=True):
+            begin, end = lf.offsets[local], lf.offsets[after]  # type: ignore[index]
+            lengths.append(end - begin)
+            # C-level loops: one slice object per row, then one memoryview slice per row
+            pieces += map(lf.data.__getitem__,  # type: ignore[union-attr, index]
+                          map(slice, begin.tolist(), end.tolist()))
+        offsets = np.zeros(n + 1, dtype=leaf.offsets.dtype)  # type: ignore[union-attr]
+        np.cumsum(np.concatenate(lengths)[inverse], out=offsets[1:])
+        columns.append((offsets, b"".join(reorder(pieces) if reorder else pieces)))
+    leaves = iter(columns)
+
+    def build(t: pa.DataType) -> pa.Array:
+        if pa.types.is_struct(t):
+            return pa.StructArray.from_arrays([build(t.field(i).type) for i in range(t.num_fields)],
+                                              fields=list(t))
+        leaf = next(leaves)
+        if isinstance(leaf, np.ndarray):
+            return pa.array(leaf, type=t)
+        offsets, data = leaf
+        return pa.Array.from_buffers(t, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+    return pa.RecordBatch.from_arrays([build(f.type) for f in schema], schema=schema)
 
 
 class Dataset:
@@ -76,6 +204,7 @@ class Dataset:
         self.path = path
         self.manifest = manifest
         self._starts = np.cumsum([0] + [s.rows for s in manifest.shards], dtype=np.int64)
+        self._start_list: list[int] = self._starts.tolist()
         self._shards: list[_Shard | None] = [None] * len(manifest.shards)
 
     def __repr__(self) -> str:
@@ -112,8 +241,8 @@ class Dataset:
         i = index + n if index < 0 else index
         if not 0 <= i < n:
             raise IndexError(f"row {index} is out of range for a dataset of {n} rows")
-        row: dict[str, Any] = self.take([i]).to_pylist()[0]
-        return row
+        k = bisect.bisect_right(self._start_list, i) - 1
+        return self._shard(k).row(i - self._start_list[k])
 
     def take(self, indices: Sequence[int] | np.ndarray | pa.Array) -> pa.Table:
         """Rows at global positions ``indices`` (0-based, not ids), in the order given."""
@@ -124,8 +253,21 @@ class Dataset:
         if idx.min() < 0 or idx.max() >= n:
             bad = idx[(idx < 0) | (idx >= n)][0]
             raise IndexError(f"row {bad} is out of range for a dataset of {n} rows")
-        batch = _grouped_take(idx, self._starts, lambda k, rows: self._shard(k).take(rows))
-        return pa.Table.from_batches([batch])
+        shard = np.searchsorted(self._starts, idx, side="right") - 1
+        first = int(shard[0])
+        if (shard == first).all():  # one shard: Arrow's take keeps the order
+            return pa.Table.from_batches([self._shard(first).take(idx - self._starts[first])])
+        order = np.argsort(shard, kind="stable")
+        sorted_shard, local = shard[order], idx[order] - self._starts[shard[order]]
+        cuts = (np.flatnonzero(sorted_shard[1:] != sorted_shard[:-1]) + 1).tolist()
+        bounds = [0, *cuts, len(idx)]
+        parts = [(self._shard(int(sorted_shard[a])), local[a:b])
+                 for a, b in itertools.pairwise(bounds)]
+        inverse = _inverse(order)
+        if len(idx) <= _GATHER_MAX_ROWS and all(s.leaves is not None for s, _ in parts):
+            return pa.Table.from_batches([_gather(self.schema, parts, inverse)])
+        batch = pa.concat_batches([s.take(rows) for s, rows in parts])
+        return pa.Table.from_batches([batch.take(pa.array(inverse))])
 
     def iter_batches(self, batch_size: int = 65536) -> Iterator[pa.RecordBatch]:
         """All rows in order, as zero-copy record batches of at most ``batch_size`` rows."""

@@ -17,7 +17,7 @@ from spr_data.schema import ID
 
 __all__ = ["DEFAULT_SHARD_BYTES", "MAX_SHARD_BYTES", "ShardWriter", "shard_name"]
 
-DEFAULT_SHARD_BYTES = 128 << 20
+DEFAULT_SHARD_BYTES = 256 << 20
 #: Arrow ``string`` columns address at most 2 GiB; keep every shard well under that.
 MAX_SHARD_BYTES = 1 << 30
 
@@ -33,7 +33,8 @@ class ShardWriter:
     random rows with a single ``take``. A shard rolls over before it passes ``shard_rows`` rows
     or ``shard_bytes`` bytes (counting text bytes plus fixed-width columns); it is written to a
     temporary name, fsynced, then renamed, in a background thread. Memory held is about two
-    shards: the one filling and the one being written.
+    shards: the one filling and the one being written (or, while a shard is assembled, its
+    pieces and its copy).
     """
 
     def __init__(
@@ -105,11 +106,11 @@ class ShardWriter:
         """
         if not self._pending_rows:
             return
+        self._wait()  # the previous shard is written before this one is copied: ~2 shards held
         table = pa.Table.from_batches(self._pending, self.schema).combine_chunks()
         batch = table.to_batches()[0]  # one batch: combine_chunks left one chunk per column
         self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
-        self._wait()
-        name = shard_name(len(self.shards) + (self._in_flight is not None))
+        name = shard_name(len(self.shards))
         self._in_flight = self._pool.submit(self._write_shard, name, batch)
 
     def _wait(self) -> None:

@@ -6,7 +6,6 @@ Every input record gets the next id, in input order, and becomes either a row or
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -20,15 +19,15 @@ import pyarrow as pa
 
 from spr_data._version import __version__
 from spr_data.errors import OutputError
-from spr_data.fsio import TMP_SUFFIX, os_error_message
-from spr_data.manifest import MANIFEST_NAME, Manifest, write_manifest
+from spr_data.fsio import os_error_message
+from spr_data.manifest import Manifest, write_manifest
+from spr_data.outdir import REJECTS_DIR, prepare_output, remove_outputs
 from spr_data.pipeline.sources import REJECT_REASONS, RecordChunk, plan_sources
 from spr_data.schema import ORIGIN_TYPE, ingest_rejects_schema, rows_schema
 from spr_data.writer import DEFAULT_SHARD_BYTES, ShardWriter
 
-__all__ = ["REJECTS_DIR", "IngestSummary", "ingest"]
+__all__ = ["IngestSummary", "ingest"]
 
-REJECTS_DIR = "rejects"
 _REASONS = np.array(REJECT_REASONS, dtype=object)
 
 
@@ -89,7 +88,7 @@ def ingest(
         if on_progress is not None:
             on_progress(done, total_bytes)
 
-    created_out = _prepare_output(out, overwrite=overwrite)
+    created_out = prepare_output(out, overwrite=overwrite)
     schema = rows_schema(plan.kind)
     rows = ShardWriter(out, schema, shard_rows=shard_rows, shard_bytes=shard_bytes)
     rejects = ShardWriter(out / REJECTS_DIR, ingest_rejects_schema(),
@@ -127,7 +126,7 @@ def ingest(
     except BaseException as exc:
         rows.abort()
         rejects.abort()
-        _remove_outputs(out, created_out)
+        remove_outputs(out, created=created_out)
         if isinstance(exc, OSError):
             raise OutputError(os_error_message(exc, out)) from exc
         raise
@@ -160,51 +159,3 @@ def _write_chunk(chunk: RecordChunk, input_index: int, first_id: int, schema: pa
         [ids.filter(pa.array(bad)), origin.filter(pa.array(bad)),
          pa.array(reasons, pa.string()), chunk.raw(bad)],
         schema=rejects.schema))
-
-
-def _is_leftover(path: Path) -> bool:
-    """Files an earlier, unfinished run of a stage may have left."""
-    name = path.name
-    return (name in (REJECTS_DIR, MANIFEST_NAME) or name.startswith("shard-")
-            or name.endswith(TMP_SUFFIX))
-
-
-def _prepare_output(out: Path, *, overwrite: bool) -> bool:
-    """Make ``out`` ready; return whether this call created it.
-
-    An existing dataset is replaced only with ``overwrite`` (its manifest goes first, so it is
-    never half a dataset); leftovers of an unfinished run are removed; anything else is refused.
-    """
-    try:
-        if out.exists() and not out.is_dir():
-            raise OutputError(f"--out {out} is a file; choose a directory")
-        if (out / MANIFEST_NAME).exists() and not overwrite:
-            raise OutputError(f"{out} already holds a dataset; pass --overwrite to replace it")
-        if out.is_dir():
-            strangers = [p.name for p in out.iterdir() if not _is_leftover(p)]
-            if strangers:
-                raise OutputError(
-                    f"{out} is not empty and is not an spr-data dataset (it holds "
-                    f"{', '.join(sorted(strangers)[:3])}); choose a new or empty directory"
-                )
-            (out / MANIFEST_NAME).unlink(missing_ok=True)
-            _remove_outputs(out, created=False)
-            return False
-        out.mkdir(parents=True)
-        return True
-    except OSError as exc:
-        raise OutputError(os_error_message(exc, out)) from exc
-
-
-def _remove_outputs(out: Path, created: bool) -> None:
-    if created:
-        shutil.rmtree(out, ignore_errors=True)
-        return
-    if not out.is_dir():
-        return
-    for p in out.iterdir():
-        if _is_leftover(p):
-            if p.is_dir():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.unlink(missing_ok=True)

@@ -1,0 +1,46 @@
+"""Print the clean quality table: per injected junk kind, the recall on each real corpus,
+and the share of real pairs rejected (with the reasons), as in the README.
+
+    python benchmarks/quality_table.py [--corpora ../shared/corpora]
+
+Uses the same injection and corpora as ``tests/test_clean_quality.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.junk import INJECTORS  # noqa: E402
+from tests.test_clean_quality import CORPORA, PER_KIND, ntrex, run_quality  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--corpora", type=Path, default=ROOT.parent / "shared" / "corpora")
+    args = parser.parse_args()
+    results = {}
+    for name, (load, langs, other) in CORPORA.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            results[name] = run_quality(load(args.corpora), langs, ntrex(args.corpora, other),
+                                        Path(tmp))
+    names = list(results)
+    print(f"recall per junk kind ({PER_KIND} injected per kind and corpus)\n")
+    print("| junk kind | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for kind in INJECTORS:
+        print(f"| {kind} | " + " | ".join(f"{results[n][0][kind]:.2f}" for n in names) + " |")
+    print("| **real pairs rejected** | "
+          + " | ".join(f"{results[n][1]:.2%}" for n in names) + " |")
+    for n in names:
+        reasons = ", ".join(f"{r} {c}" for r, c in results[n][2].most_common())
+        print(f"\n{n}: real pairs rejected by reason: {reasons}")
+
+
+if __name__ == "__main__":
+    main()

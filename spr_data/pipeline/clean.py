@@ -1,0 +1,657 @@
+"""``clean``: run the QA stages of a recipe over a dataset; keep good rows, keep every reject.
+
+The run has three steps, each resumable shard by shard:
+
+1. *score* (parallel over shards): normalize → rules → langid, plus a content hash per row;
+   each shard's scored rows go to ``OUT/.work/scored-NNNNN.arrow``.
+2. *global*: duplicates are decided from the hashes of all rows (16 bytes a row); the
+   alignment model is trained on rows that passed so far, and its threshold is fixed.
+3. *decide* (parallel over shards): alignment scores, dedup and quarantine reasons; each input
+   shard becomes one kept shard and one reject shard, so the output is byte-identical whatever
+   the number of workers. Rows in = kept + rejected, by exact id sets, or the run stops.
+
+The manifest is written last; ``.work`` is removed once it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spr_data._version import __version__
+from spr_data.dataset import Dataset, open_dataset
+from spr_data.errors import DatasetError, InputError, OutputError, SprDataError
+from spr_data.fsio import TMP_SUFFIX, atomic_write_bytes, os_error_message, sha256_file
+from spr_data.manifest import MANIFEST_NAME, Manifest, ShardInfo, write_manifest
+from spr_data.outdir import REJECTS_DIR, WORK_DIR, prepare_output, remove_outputs
+from spr_data.pipeline.executor import LocalExecutor
+from spr_data.pipeline.stage import Stage
+from spr_data.recipe import Recipe, load_recipe
+from spr_data.schema import ID, REASON, text_columns
+from spr_data.writer import shard_name
+
+__all__ = ["CleanReport", "clean", "read_quarantine", "stage_of_reason"]
+
+REASONS = "reasons"
+STAGE = "stage"
+ALIGN_SCORE = "align_score"
+_HASH = "_content_hash"
+_SRC_HASH = "_source_hash"
+_PASS1_REASONS = "_reasons"
+_SLICE_ROWS = 32768
+_MIN_UNIT_ROWS = 1 << 16
+_MAX_UNIT_ROWS = 1 << 19
+_LANGID_REASONS = ("swapped_sides", "wrong_lang_src", "wrong_lang_tgt", "wrong_lang_text")
+_HISTOGRAMS = {
+    "length_ratio": np.concatenate([np.linspace(1.0, 4.0, 61), np.linspace(4.5, 20.0, 32)]),
+    ALIGN_SCORE: np.linspace(-20.0, 0.0, 201),
+}
+
+
+def stage_of_reason(reason: str) -> str:
+    """Which stage a reject reason comes from (the report's waterfall groups by it)."""
+    if reason == "quarantined":
+        return "quarantine"
+    if reason in _LANGID_REASONS:
+        return "langid"
+    if reason in ("duplicate", "too_many_targets"):
+        return "dedup"
+    if reason == "low_alignment":
+        return "align"
+    return "rules"
+
+
+@dataclass
+class CleanReport:
+    """The waterfall and distributions of a clean run; ``to_json`` is ``report.json``."""
+
+    out: Path
+    rows_in: int
+    rows_kept: int
+    by_reason: dict[str, int]
+    all_reasons: dict[str, int]
+    stages: list[dict[str, Any]]
+    distributions: dict[str, Any]
+    align: dict[str, Any] | None
+    recipe: dict[str, Any]
+    recipe_hash: str
+    seconds: float
+    workers: int
+    resumed_shards: int = 0
+
+    @property
+    def rows_rejected(self) -> int:
+        return self.rows_in - self.rows_kept
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "out": str(self.out), "rows_in": self.rows_in, "rows_kept": self.rows_kept,
+            "rows_rejected": self.rows_rejected, "by_reason": self.by_reason,
+            "all_reasons": self.all_reasons, "stages": self.stages,
+            "distributions": self.distributions, "align": self.align,
+            "recipe": self.recipe, "recipe_hash": self.recipe_hash,
+            "seconds": round(self.seconds, 3), "workers": self.workers,
+            "resumed_shards": self.resumed_shards,
+        }
+
+
+# --- stages ------------------------------------------------------------------------------------
+
+def build_stages(recipe: Recipe, kind: str, langs: list[str]) -> list[Stage]:
+    """The per-shard stages of a recipe, in order (dedup and align are global)."""
+    from spr_data.qa.langid import LangIdStage
+    from spr_data.qa.normalize import NormalizeStage
+    from spr_data.qa.rules import RulesStage
+
+    columns = text_columns(kind)  # type: ignore[arg-type]
+    stages: list[Stage] = []
+    for name in recipe.stages:
+        if name == "normalize":
+            stages.append(NormalizeStage(recipe.normalize, columns))
+        elif name == "rules":
+            stages.append(RulesStage(recipe.rules, columns, langs))
+        elif name == "langid":
+            stages.append(LangIdStage(recipe.langid, columns, langs))
+    return stages
+
+
+def reason_lists(n: int, rejects: list[tuple[str, np.ndarray]]) -> pa.ListArray:
+    """Per row, the reasons whose mask selects it, in the order given (vectorized)."""
+    names = [reason for reason, _ in rejects]
+    if not names:
+        return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)),
+                                        pa.array([], pa.string()))
+    hits = np.stack([np.asarray(mask, dtype=bool) for _, mask in rejects], axis=1)
+    rows, cols = np.nonzero(hits)  # row-major: each row's reasons in stage order
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.bincount(rows, minlength=n), out=offsets[1:])
+    values = pa.DictionaryArray.from_arrays(pa.array(cols.astype(np.int32)),
+                                            pa.array(names, pa.string()))
+    return pa.ListArray.from_arrays(pa.array(offsets), values.cast(pa.string()))
+
+
+def _score_slice(batch: pa.RecordBatch, stages: list[Stage], columns: tuple[str, ...],
+                 recipe: Recipe) -> pa.RecordBatch:
+    from spr_data.qa.dedup import content_hashes
+
+    rejects: list[tuple[str, np.ndarray]] = []
+    for stage in stages:
+        result = stage.apply(batch)
+        for name, array in result.columns.items():
+            if name in batch.schema.names:
+                batch = batch.set_column(batch.schema.get_field_index(name), name, array)
+            else:
+                batch = batch.append_column(name, array)
+        rejects += result.rejects
+    texts = [batch.column(c) for c in columns]
+    extra = {_PASS1_REASONS: reason_lists(batch.num_rows, rejects)}
+    if "dedup" in recipe.stages:
+        extra[_HASH] = pa.array(content_hashes(texts))
+        if recipe.dedup.max_targets_per_source and len(texts) == 2:
+            extra[_SRC_HASH] = pa.array(content_hashes(texts[:1]))
+    for name, array in extra.items():
+        batch = batch.append_column(name, array)
+    return batch
+
+
+# --- per-shard tasks (run in worker processes) ---------------------------------------------------
+
+@dataclass(frozen=True)
+class _ShardTask:
+    """One unit of work: rows ``offset .. offset+length`` of an input shard; unit ``index``
+    becomes output shard ``index``."""
+
+    index: int
+    shard: str
+    offset: int
+    length: int
+    work: str
+    out: str
+    recipe: Recipe
+    kind: str
+    langs: tuple[str, ...]
+    duplicates: str | None = None
+    aligner: str | None = None
+    aligner_hash: str | None = None
+    threshold: float | None = None
+    quarantine: str | None = None
+
+
+def _read_shard(path: Path) -> pa.Table:
+    with pa.memory_map(str(path)) as source:
+        return pa.ipc.open_file(source).read_all()
+
+
+def _write_ipc(path: Path, table: pa.Table) -> ShardInfo:
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    try:
+        batch = table.combine_chunks().to_batches()
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+            if batch:
+                w.write_batch(batch[0])
+            else:
+                w.write_batch(pa.RecordBatch.from_pylist([], schema=table.schema))
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(os_error_message(exc, path)) from exc
+    first = table.column(ID)[0].as_py() if table.num_rows else None
+    return ShardInfo(path.name, table.num_rows, path.stat().st_size, sha256_file(path), first)
+
+
+def unit_rows(rows: int) -> int:
+    """Rows per unit of work (and per output shard): a function of the input size alone, so
+    the output is the same for any number of workers; small enough to bound each worker's
+    memory and to spread a corpus over at least ~16 tasks."""
+    return int(min(max(-(-rows // 16), _MIN_UNIT_ROWS), _MAX_UNIT_ROWS))
+
+
+def _score_task(task: _ShardTask) -> int:
+    """Step 1 for one shard: scored rows to ``.work/scored-NNNNN.arrow``."""
+    target = Path(task.work) / f"scored-{task.index:05d}.arrow"
+    if target.exists():
+        return 0
+    columns = text_columns(task.kind)  # type: ignore[arg-type]
+    stages = build_stages(task.recipe, task.kind, list(task.langs))
+    table = _read_shard(Path(task.shard)).slice(task.offset, task.length)
+    batches = table.to_batches(max_chunksize=_SLICE_ROWS) or [
+        pa.RecordBatch.from_pylist([], schema=table.schema)]
+    _write_ipc(target, pa.Table.from_batches(
+        [_score_slice(b, stages, columns, task.recipe) for b in batches]))
+    return int(table.num_rows)
+
+
+def _np_bool(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _counts(values: pa.Array) -> dict[str, int]:
+    return {item["values"]: item["counts"] for item in pc.value_counts(values).to_pylist()}
+
+
+def _histogram(values: np.ndarray, name: str) -> list[int]:
+    edges = _HISTOGRAMS[name]
+    clipped = np.clip(values[np.isfinite(values)], edges[0], edges[-1])
+    counts: list[int] = np.histogram(clipped, bins=edges)[0].tolist()
+    return counts
+
+
+def _decide_task(task: _ShardTask) -> dict[str, Any]:
+    """Step 3 for one shard: final reasons, kept and reject shards, accounting, stats."""
+    work = Path(task.work)
+    marker = work / f"done-{task.index:05d}.json"
+    if marker.exists():
+        return {**json.loads(marker.read_text()), "resumed": True}
+    scored = _read_shard(work / f"scored-{task.index:05d}.arrow")
+    ids = scored.column(ID).to_numpy()
+    n = scored.num_rows
+    columns = text_columns(task.kind)  # type: ignore[arg-type]
+    rejects: list[tuple[str, np.ndarray]] = []
+    if task.quarantine:
+        quarantined = np.load(task.quarantine, allow_pickle=False)
+        rejects.append(("quarantined", np.isin(ids, quarantined)))
+    for reason, mask in _unpack_reasons(scored.column(_PASS1_REASONS)):
+        rejects.append((reason, mask))
+    if task.duplicates:
+        dup = np.load(task.duplicates, allow_pickle=False)
+        rejects.append(("duplicate", np.isin(ids, dup["duplicate"])))
+        if len(dup["too_many_targets"]):
+            rejects.append(("too_many_targets", np.isin(ids, dup["too_many_targets"])))
+    drop = [c for c in (_PASS1_REASONS, _HASH, _SRC_HASH) if c in scored.schema.names]
+    table = scored.drop_columns(drop)
+    if task.aligner:
+        from spr_data.qa.align import LexicalAligner
+
+        aligner = LexicalAligner.load(task.aligner, expected_hash=task.aligner_hash)
+        src, tgt = (table.column(c).combine_chunks() for c in columns)
+        scores = aligner.score(src, tgt) if n else np.zeros(0, dtype=np.float32)
+        table = table.append_column(ALIGN_SCORE, pa.array(scores.astype(np.float32)))
+        assert task.threshold is not None  # noqa: S101 - set together with the aligner
+        rejects.append(("low_alignment", scores < task.threshold))
+    lists = reason_lists(n, rejects)
+    rejected = _np_bool(pc.greater(pc.list_value_length(lists), 0))
+    kept = table.filter(pa.array(~rejected))
+    mask = pa.array(rejected)
+    chosen = lists.filter(mask)
+    first = pc.list_element(chosen, 0) if len(chosen) else pa.array([], pa.string())
+    stages = pa.array([stage_of_reason(r) for r in first.to_pylist()], pa.string())
+    rejected_table = (table.filter(mask).append_column(REASON, first)
+                      .append_column(REASONS, chosen).append_column(STAGE, stages))
+    # accounting: every id of the shard is kept or rejected, none twice
+    out_ids = np.concatenate([kept.column(ID).to_numpy(), rejected_table.column(ID).to_numpy()])
+    if len(out_ids) != n or not np.array_equal(np.sort(out_ids), np.sort(ids)):
+        raise SprDataError(f"accounting failed for shard {task.index}: {n} rows in, "
+                           f"{kept.num_rows} kept + {rejected_table.num_rows} rejected")
+    out = Path(task.out)
+    kept_info = _write_ipc(out / shard_name(task.index), kept)
+    reject_info = _write_ipc(out / REJECTS_DIR / shard_name(task.index), rejected_table)
+    stats: dict[str, Any] = {
+        "rows": n, "kept": kept_info.__dict__, "rejects": reject_info.__dict__,
+        "by_reason": _counts(first),
+        "all_reasons": _counts(pc.list_flatten(chosen)),
+        "histograms": {},
+    }
+    for name in _HISTOGRAMS:
+        if name in table.schema.names:
+            values = table.column(name).to_numpy().astype(np.float64)
+            stats["histograms"][name] = _histogram(values, name)
+    atomic_write_bytes(marker, json.dumps(stats).encode())
+    return stats
+
+
+def _unpack_reasons(column: pa.ChunkedArray) -> list[tuple[str, np.ndarray]]:
+    flat = pc.list_flatten(column)
+    if len(flat) == 0:
+        return []
+    rows = np.asarray(pc.list_parent_indices(column).to_numpy())
+    values = np.asarray(flat.to_numpy(zero_copy_only=False), dtype=object)
+    n = len(column)
+    order: list[str] = []
+    for v in values.tolist():  # reasons in order of first appearance keep stage order
+        if v not in order:
+            order.append(v)
+    out = []
+    for reason in order:
+        mask = np.zeros(n, dtype=bool)
+        mask[rows[values == reason]] = True
+        out.append((reason, mask))
+    return out
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+def read_quarantine(path: str | Path) -> np.ndarray:
+    """Row ids from a quarantine file: JSONL of ``{"row_ids": [...]}``, ``{"id": n}`` or ``n``."""
+    p = Path(path)
+    ids: list[int] = []
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"quarantine file {p} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read quarantine file {p}: {exc}") from exc
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{p}:{number}: not JSON ({exc.msg})") from None
+        values = item.get("row_ids", item.get("ids", [item["id"]] if "id" in item else None)) \
+            if isinstance(item, dict) else [item]
+        if not isinstance(values, list) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+            raise InputError(f"{p}:{number}: expected a row id, a list 'row_ids' of row ids, "
+                             f"or 'id'; found {line.strip()[:80]}")
+        ids.extend(values)
+    return np.unique(np.asarray(ids, dtype=np.uint64))
+
+
+def _file_digest(path: Path) -> str:
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _check_run(work: Path, identity: dict[str, Any], overwrite: bool) -> None:
+    run_file = work / "run.json"
+    if run_file.exists() and not overwrite:
+        found = json.loads(run_file.read_text())
+        for key, expected in identity.items():
+            if found.get(key) != expected:
+                raise OutputError(
+                    f"{work.parent} holds an unfinished run with another {key} (expected "
+                    f"{expected}, found {found.get(key)}); pass --overwrite to start over")
+        return
+    work.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(run_file, json.dumps(identity, indent=2).encode())
+
+
+def _global_dedup(work: Path, recipe: Recipe, scored: list[Path]) -> Path | None:
+    if "dedup" not in recipe.stages:
+        return None
+    from spr_data.qa.dedup import duplicate_ids, too_many_targets_ids
+
+    target = work / "dedup.npz"
+    if target.exists():
+        return target
+    ids, hashes, src_hashes = [], [], []
+    for path in scored:
+        with pa.memory_map(str(path)) as source:
+            table = pa.ipc.open_file(source).read_all()
+            ids.append(table.column(ID).to_numpy().copy())
+            hashes.append(table.column(_HASH).to_numpy().copy())
+            if _SRC_HASH in table.schema.names:
+                src_hashes.append(table.column(_SRC_HASH).to_numpy().copy())
+    all_ids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.uint64)
+    dup = duplicate_ids(np.concatenate(hashes) if hashes else all_ids, all_ids)
+    many = (too_many_targets_ids(np.concatenate(src_hashes), all_ids,
+                                 recipe.dedup.max_targets_per_source)
+            if src_hashes else np.zeros(0, dtype=np.uint64))
+    tmp = work / ("dedup.npz" + TMP_SUFFIX)
+    with open(tmp, "wb") as f:
+        np.savez(f, duplicate=dup, too_many_targets=many)
+    tmp.replace(target)
+    return target
+
+
+def _train_aligner(work: Path, recipe: Recipe, scored: list[Path], dedup: Path | None,
+                   langs: list[str]) -> tuple[Path | None, dict[str, Any] | None]:
+    if "align" not in recipe.stages:
+        return None, None
+    from spr_data.qa.align import AlignerOptions, LexicalAligner
+
+    model_path = work / "align_model.npz"
+    info_path = work / "align.json"
+    if model_path.exists() and info_path.exists():
+        return model_path, json.loads(info_path.read_text())
+    cfg = recipe.align
+    if cfg.trusted:
+        trusted = open_dataset(cfg.trusted)
+        if trusted.kind != "parallel":
+            raise InputError(f"align.trusted {cfg.trusted} is not a parallel dataset")
+        table = trusted.take(np.arange(min(len(trusted), cfg.max_train_pairs)))
+        src, tgt = table.column("src").combine_chunks(), table.column("tgt").combine_chunks()
+    else:
+        src, tgt = _training_pairs(scored, dedup, cfg.max_train_pairs)
+    if len(src) == 0:
+        raise SprDataError("no pairs left to train the alignment model on; loosen the rules or "
+                           "name align.trusted in the recipe")
+    options = AlignerOptions(src_lang=langs[0], tgt_lang=langs[-1], iterations=cfg.iterations,
+                             max_train_pairs=cfg.max_train_pairs, seed=cfg.seed)
+    started = time.perf_counter()
+    aligner = LexicalAligner.train(src, tgt, options)
+    train_seconds = time.perf_counter() - started
+    if cfg.min_score is not None:
+        threshold = cfg.min_score
+    else:
+        threshold = float(np.quantile(aligner.score(src, tgt), cfg.quantile))
+    tmp = work / ("align_model.npz" + TMP_SUFFIX)
+    aligner.save(tmp)
+    tmp.replace(model_path)
+    info = {"threshold": threshold, "trained_on": len(src), "quantile": cfg.quantile,
+            "min_score": cfg.min_score, "trusted": cfg.trusted,
+            "model_hash": aligner.content_hash, "train_seconds": round(train_seconds, 3)}
+    atomic_write_bytes(info_path, json.dumps(info).encode())
+    return model_path, info
+
+
+def _training_pairs(scored: list[Path], dedup: Path | None,
+                    limit: int) -> tuple[pa.Array, pa.Array]:
+    """Rows that passed every per-shard stage and are not duplicates, evenly spread."""
+    dup = np.load(dedup, allow_pickle=False)["duplicate"] if dedup else np.zeros(0, np.uint64)
+    eligible = []
+    for path in scored:
+        with pa.memory_map(str(path)) as source:
+            table = pa.ipc.open_file(source).read_all()
+            ok = (pc.list_value_length(table.column(_PASS1_REASONS)).to_numpy() == 0)
+            ok &= ~np.isin(table.column(ID).to_numpy(), dup)
+            eligible.append(int(ok.sum()))
+    total = sum(eligible)
+    stride = max(1, -(-total // limit)) if limit else 1
+    src_parts, tgt_parts = [], []
+    seen = 0
+    for path in scored:
+        with pa.memory_map(str(path)) as source:
+            table = pa.ipc.open_file(source).read_all()
+            ok = (pc.list_value_length(table.column(_PASS1_REASONS)).to_numpy() == 0)
+            ok &= ~np.isin(table.column(ID).to_numpy(), dup)
+            positions = np.flatnonzero(ok)
+            chosen = positions[(np.arange(len(positions)) + seen) % stride == 0]
+            seen += len(positions)
+            picked = table.take(pa.array(chosen))
+            src_parts.append(picked.column("src").combine_chunks())
+            tgt_parts.append(picked.column("tgt").combine_chunks())
+    if not src_parts:
+        return pa.array([], pa.string()), pa.array([], pa.string())
+    return pa.concat_arrays(src_parts), pa.concat_arrays(tgt_parts)
+
+
+def clean(
+    dataset: str | Path,
+    out: str | Path,
+    *,
+    recipe: str | Path | Recipe | None = None,
+    workers: int | None = None,
+    quarantine: str | Path | None = None,
+    overwrite: bool = False,
+    on_progress: Callable[[str, int, int], None] | None = None,
+) -> CleanReport:
+    """Clean ``dataset`` into ``out`` (kept rows) and ``out/rejects`` (every rejected row).
+
+    ``on_progress(step, done, total)`` reports shards done per step. A run killed at any point
+    resumes where it stopped when started again with the same inputs and recipe.
+    """
+    started = time.perf_counter()
+    source = open_dataset(dataset)
+    if source.manifest.role != "rows":
+        raise DatasetError(f"{dataset} is a rejects dataset; clean its parent instead")
+    resolved = (recipe if isinstance(recipe, Recipe)
+                else load_recipe(recipe, source.langs, source.kind))
+    if "align" in resolved.stages and source.kind != "parallel":
+        raise InputError("the align stage needs a parallel corpus; drop it from the recipe")
+    out = Path(out)
+    if out.resolve() == Path(dataset).resolve():
+        raise InputError("--out must differ from the input dataset")
+    quarantine_ids = read_quarantine(quarantine) if quarantine is not None else None
+    identity = {
+        "input": _file_digest(source.path / MANIFEST_NAME),
+        "recipe": resolved.digest,
+        "quarantine": None if quarantine is None else _file_digest(Path(quarantine)),
+        "tool_version": __version__,
+    }
+    created = prepare_output(out, overwrite=overwrite, resume=True)
+    work = out / WORK_DIR
+    executor = LocalExecutor(workers)
+    try:
+        _check_run(work, identity, overwrite)
+        (out / REJECTS_DIR).mkdir(exist_ok=True)
+        quarantine_path = None
+        if quarantine_ids is not None:
+            quarantine_path = work / "quarantine.npy"
+            with open(quarantine_path, "wb") as f:
+                np.save(f, quarantine_ids, allow_pickle=False)
+        report = _run(source, out, work, resolved, executor, quarantine_path, on_progress)
+    except BaseException:
+        if created and not (out / WORK_DIR).exists():
+            remove_outputs(out, created=True)
+        raise
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _run(source: Dataset, out: Path, work: Path, recipe: Recipe, executor: LocalExecutor,
+         quarantine: Path | None,
+         on_progress: Callable[[str, int, int], None] | None) -> CleanReport:
+    langs = source.langs
+    unit = unit_rows(len(source))
+    spans = [(path, start, min(unit, info.rows - start))
+             for path, info in zip(source.shard_paths, source.manifest.shards, strict=True)
+             for start in range(0, info.rows, unit)]
+    tasks = [_ShardTask(index=u, shard=str(path), offset=start, length=length, work=str(work),
+                        out=str(out), recipe=recipe, kind=source.kind, langs=tuple(langs))
+             for u, (path, start, length) in enumerate(spans)]
+
+    def report_progress(step: str, done: int) -> None:
+        if on_progress is not None:
+            on_progress(step, done, len(tasks))
+
+    for done, _ in enumerate(executor.map(_score_task, tasks), start=1):
+        report_progress("score", done)
+    scored = [work / f"scored-{t.index:05d}.arrow" for t in tasks]
+    dedup = _global_dedup(work, recipe, scored)
+    aligner, align_info = _train_aligner(work, recipe, scored, dedup, langs)
+    decide = [replace(t, duplicates=str(dedup) if dedup else None,
+                      aligner=str(aligner) if aligner else None,
+                      aligner_hash=align_info["model_hash"] if align_info else None,
+                      threshold=align_info["threshold"] if align_info else None,
+                      quarantine=str(quarantine) if quarantine else None)
+              for t in tasks]
+    results: dict[int, dict[str, Any]] = {}
+    for done, (i, stats) in enumerate(executor.map(_decide_task, decide), start=1):
+        results[decide[i].index] = stats
+        report_progress("decide", done)
+    return _finish(source, out, work, recipe, results, align_info, executor.workers)
+
+
+def _finish(source: Dataset, out: Path, work: Path, recipe: Recipe,
+            results: dict[int, dict[str, Any]], align_info: dict[str, Any] | None,
+            workers: int) -> CleanReport:
+    ordered = [results[k] for k in sorted(results)]
+    kept = [ShardInfo(**r["kept"]) for r in ordered]
+    rejected = [ShardInfo(**r["rejects"]) for r in ordered]
+    by_reason: Counter[str] = Counter()
+    all_reasons: Counter[str] = Counter()
+    histograms: dict[str, np.ndarray] = {}
+    for r in ordered:
+        by_reason.update(r["by_reason"])
+        all_reasons.update(r["all_reasons"])
+        for name, counts in r["histograms"].items():
+            histograms[name] = histograms.get(name, 0) + np.asarray(counts)
+    rows_in = len(source)
+    rows_kept = sum(s.rows for s in kept)
+    if rows_kept + sum(s.rows for s in rejected) != rows_in:
+        raise SprDataError(f"accounting failed: {rows_in} rows in, {rows_kept} kept + "
+                           f"{sum(s.rows for s in rejected)} rejected; the output is not "
+                           "written")
+    schema_of = _schema_of(out, kept)
+    reject_schema = _schema_of(out / REJECTS_DIR, rejected)
+    lineage = {
+        "stage": "clean", "tool": "spr-data", "version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "parent": {"path": str(source.path),
+                   "manifest_sha256": _file_digest(source.path / MANIFEST_NAME),
+                   "rows": rows_in},
+        "recipe": recipe.to_json(), "recipe_hash": recipe.digest,
+        "options": {"workers": workers},
+    }
+    counts = dict(sorted(by_reason.items()))
+    stages = _waterfall(rows_in, counts, recipe)
+    report = CleanReport(
+        out=out, rows_in=rows_in, rows_kept=rows_kept, by_reason=counts,
+        all_reasons=dict(sorted(all_reasons.items())), stages=stages,
+        distributions={name: _summarize(hist, name) for name, hist in histograms.items()},
+        align=align_info, recipe=recipe.to_json(), recipe_hash=recipe.digest, seconds=0.0,
+        workers=workers, resumed_shards=sum(1 for r in ordered if r.get("resumed")))
+    atomic_write_bytes(out / "report.json",
+                       json.dumps(report.to_json(), indent=2, ensure_ascii=False).encode())
+    if align_info is not None:
+        shutil.copyfile(work / "align_model.npz", out / "align_model.npz")
+    id_bound = source.manifest.id_bound
+    write_manifest(out / REJECTS_DIR, Manifest(
+        kind=source.manifest.kind, role="rejects", langs=source.langs, schema=reject_schema,
+        shards=rejected, rows_in=rows_in, id_bound=id_bound, rejects=counts, lineage=lineage))
+    write_manifest(out, Manifest(
+        kind=source.manifest.kind, role="rows", langs=source.langs, schema=schema_of,
+        shards=kept, rows_in=rows_in, id_bound=id_bound, rejects=counts,
+        rejects_dir=REJECTS_DIR, lineage=lineage))
+    shutil.rmtree(work, ignore_errors=True)
+    return report
+
+
+def _schema_of(directory: Path, shards: list[ShardInfo]) -> pa.Schema:
+    if not shards:
+        raise SprDataError(f"no shards were written to {directory}")
+    with pa.memory_map(str(directory / shards[0].file)) as source:
+        return pa.ipc.open_file(source).schema
+
+
+def _waterfall(rows_in: int, by_reason: dict[str, int], recipe: Recipe) -> list[dict[str, Any]]:
+    order = ["quarantine", *recipe.stages]
+    remaining = rows_in
+    stages = []
+    for name in order:
+        removed = {r: n for r, n in by_reason.items() if stage_of_reason(r) == name}
+        if name == "quarantine" and not removed:
+            continue
+        total = sum(removed.values())
+        stages.append({"name": name, "rows_in": remaining, "rows_out": remaining - total,
+                       "removed": total, "by_reason": removed})
+        remaining -= total
+    return stages
+
+
+def _summarize(hist: np.ndarray, name: str) -> dict[str, Any]:
+    edges = _HISTOGRAMS[name]
+    total = int(hist.sum())
+    if total == 0:
+        return {"count": 0}
+    cumulative = np.cumsum(hist) / total
+    quantiles = {}
+    for q in (0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99):
+        quantiles[str(q)] = round(float(edges[int(np.searchsorted(cumulative, q)) + 1]), 3)
+    return {"count": total, "quantiles": quantiles, "edges": edges.round(4).tolist(),
+            "histogram": hist.tolist()}

@@ -1,0 +1,99 @@
+"""``normalize``: make equal text compare equal; it flags what it changed and drops nothing."""
+
+from __future__ import annotations
+
+import html
+import unicodedata
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spr_data.pipeline.stage import StageOutput
+from spr_data.recipe import NormalizeConfig
+
+__all__ = ["INVISIBLE", "NormalizeStage", "normalize_text"]
+
+#: Control and invisible format characters that carry no meaning in training text: C0/C1
+#: controls (tab and line breaks become spaces first), zero-width space, word joiner, BOM,
+#: soft hyphen, bidi marks and embeddings. ZWNJ and ZWJ (U+200C/U+200D) are *kept*: Bengali,
+#: Devanagari and Persian spelling depends on them.
+INVISIBLE = (r"[\x00-\x08\x0E-\x1F\x7F-\x84\x86-\x9F\x{00AD}\x{200B}\x{200E}\x{200F}"
+             r"\x{202A}-\x{202E}\x{2060}-\x{2064}\x{2066}-\x{2069}\x{FEFF}]")
+#: Whitespace, including no-break and ideographic spaces, tabs and Unicode line separators.
+_WS = r"\s\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}"
+#: What collapsing changes: runs of two or more, or any whitespace that is not a plain space
+#: (replacing every single space by itself would cost ten times more).
+WHITESPACE = rf"[{_WS}]{{2,}}|[{_WS}]*[^ \PZ\x{{20}}]|[\t\n\v\f\r\x{{85}}][{_WS}]*"
+_ENTITY = r"&(#[0-9]+|#[xX][0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]{1,31});"
+
+
+def _nfc(texts: pa.Array) -> pa.Array:
+    """NFC, computed only for the rows that need it (most text already is NFC, and NFC of
+    non-ASCII text is the slow part of this stage)."""
+    candidates = np.flatnonzero(~np.asarray(
+        pc.string_is_ascii(texts).fill_null(True).to_numpy(zero_copy_only=False), dtype=bool))
+    if not len(candidates):
+        return texts
+    values = texts.take(pa.array(candidates)).to_pylist()
+    todo = [i for i, v in zip(candidates.tolist(), values, strict=True)
+            if not unicodedata.is_normalized("NFC", v)]
+    if not todo:
+        return texts
+    fixed = pc.utf8_normalize(texts.take(pa.array(todo)), form="NFC")
+    mask = np.zeros(len(texts), dtype=bool)
+    mask[todo] = True
+    return pc.replace_with_mask(texts, pa.array(mask), fixed)
+
+
+def normalize_text(texts: pa.Array, config: NormalizeConfig) -> pa.Array:
+    """HTML entities → characters, NFC, invisible characters out, whitespace collapsed."""
+    out = texts
+    if config.html_unescape:
+        has_entity = pc.match_substring_regex(out, _ENTITY).fill_null(False)
+        if pc.any(has_entity).as_py():
+            values = out.to_pylist()
+            mask = has_entity.to_numpy(zero_copy_only=False)
+            for i in np.flatnonzero(mask):
+                values[i] = html.unescape(values[i])
+            out = pa.array(values, pa.string())
+    if config.nfc:
+        out = _nfc(out)
+    wanted = [p for p, on in ((INVISIBLE, config.strip_invisible),
+                              (WHITESPACE, config.collapse_whitespace)) if on]
+    if wanted:  # the regex replacements run on the rows that need them only
+        rows = np.flatnonzero(np.asarray(pc.match_substring_regex(out, "|".join(wanted))
+                                         .fill_null(False).to_numpy(zero_copy_only=False)))
+        if len(rows):
+            fixed = out.take(pa.array(rows))
+            if config.strip_invisible:
+                fixed = pc.replace_substring_regex(fixed, INVISIBLE, "")
+            if config.collapse_whitespace:
+                fixed = pc.replace_substring_regex(fixed, WHITESPACE, " ")
+            mask = np.zeros(len(out), dtype=bool)
+            mask[rows] = True
+            out = pc.replace_with_mask(out, pa.array(mask), fixed)
+    if config.collapse_whitespace:
+        out = pc.utf8_trim(pc.utf8_trim_whitespace(out), " ")
+    return out
+
+
+class NormalizeStage:
+    """Normalizes every text column and adds ``normalized``: whether any of them changed."""
+
+    name = "normalize"
+
+    def __init__(self, config: NormalizeConfig, text_columns: tuple[str, ...]) -> None:
+        self.config = config
+        self.text_columns = text_columns
+
+    def apply(self, batch: pa.RecordBatch) -> StageOutput:
+        columns: dict[str, pa.Array] = {}
+        changed = np.zeros(batch.num_rows, dtype=bool)
+        for name in self.text_columns:
+            before = batch.column(name)
+            after = normalize_text(before, self.config)
+            columns[name] = after
+            changed |= ~pc.equal(before, after).to_numpy(zero_copy_only=False)
+        columns["normalized"] = pa.array(changed)
+        return StageOutput(columns=columns)

@@ -1,0 +1,274 @@
+"""Cleaning recipes: which QA stages run, in which order, with which thresholds.
+
+A recipe is a TOML file (see ``data_manifests/``). Anything it leaves out takes a default that
+suits the dataset's languages; an unknown key or a value of the wrong type is an error that
+names it. The *resolved* recipe — every value filled in — is what the run records and hashes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sys
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, TypeVar, get_args, get_origin, get_type_hints
+
+from spr_data.errors import InputError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+__all__ = [
+    "STAGES",
+    "AlignConfig",
+    "DedupConfig",
+    "LangIdConfig",
+    "NormalizeConfig",
+    "Recipe",
+    "RulesConfig",
+    "SideRules",
+    "default_recipe",
+    "load_recipe",
+]
+
+STAGES = ("normalize", "rules", "langid", "dedup", "align")
+
+#: Languages written without spaces between words: their lengths are counted in characters,
+#: and one character carries more meaning than a Latin letter.
+_DENSE = {"zh", "ja", "ko", "th", "lo", "km", "my", "bo", "yue", "wuu"}
+
+
+@dataclass(frozen=True)
+class NormalizeConfig:
+    """Text normalization; it changes rows (and flags them) but never rejects one."""
+
+    html_unescape: bool = True
+    nfc: bool = True
+    strip_invisible: bool = True
+    collapse_whitespace: bool = True
+
+
+@dataclass(frozen=True)
+class SideRules:
+    """Thresholds for one side (or the text of a mono corpus)."""
+
+    min_chars: int = 1
+    max_chars: int = 1000
+    min_words: int = 1
+    max_words: int = 250
+    #: letters and digits over visible characters: below it, a side is a symbol pile (junk)
+    min_letter_share: float = 0.5
+    #: letters of the side's expected script(s) over all its letters, a dense-script
+    #: character counting as several Latin letters (script mismatch)
+    min_script_share: float = 0.3
+    max_char_run: int = 10
+    max_word_run: int = 4
+    reject_url_only: bool = True
+    reject_html: bool = True
+    reject_boilerplate: bool = True
+
+
+@dataclass(frozen=True)
+class RulesConfig:
+    """Rule filters: per-side thresholds plus the checks that compare the two sides."""
+
+    src: SideRules = field(default_factory=SideRules)
+    tgt: SideRules = field(default_factory=SideRules)
+    #: longer over shorter side, in length units (characters scaled per script), smoothed
+    max_length_ratio: float = 3.0
+    length_ratio_smoothing: float = 8.0
+    reject_copied: bool = True
+    numbers_must_match: bool = True
+
+
+@dataclass(frozen=True)
+class LangIdConfig:
+    """fastText language identification on each side."""
+
+    #: reject only when fastText is at least this sure of a wrong language …
+    min_confidence: float = 0.5
+    #: … and gives the expected language less than this (among its top 3 guesses)
+    max_expected_p: float = 0.05
+    #: shorter segments are judged by their script instead (fastText guesses on them)
+    min_chars: int = 20
+    #: labels that count as the dataset's language, e.g. zh = ["zh", "wuu", "yue"]
+    aliases: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DedupConfig:
+    """Exact duplicates after normalization: the first row by id is kept."""
+
+    pairs: bool = True
+    #: reject rows whose source already has this many different targets (0: no limit)
+    max_targets_per_source: int = 0
+
+
+@dataclass(frozen=True)
+class AlignConfig:
+    """Lexical alignment score (IBM Model 1 in both directions) and its threshold."""
+
+    #: reject below this score; when unset, ``quantile`` picks it from the training pairs
+    min_score: float | None = None
+    quantile: float = 0.02
+    iterations: int = 5
+    max_train_pairs: int = 300_000
+    seed: int = 0
+    #: a dataset of trusted pairs to train on instead of the corpus being cleaned
+    trusted: str | None = None
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A resolved cleaning recipe."""
+
+    name: str = "default"
+    stages: tuple[str, ...] = STAGES
+    normalize: NormalizeConfig = field(default_factory=NormalizeConfig)
+    rules: RulesConfig = field(default_factory=RulesConfig)
+    langid: LangIdConfig = field(default_factory=LangIdConfig)
+    dedup: DedupConfig = field(default_factory=DedupConfig)
+    align: AlignConfig = field(default_factory=AlignConfig)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def digest(self) -> str:
+        """A hash of the resolved recipe: a relaunch with another recipe is refused by it."""
+        text = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _side_defaults(lang: str) -> SideRules:
+    base = lang.lower().split("-")[0].split("_")[0]
+    if base in _DENSE or base in {"zho", "cmn", "jpn", "kor", "tha"}:
+        return SideRules(max_chars=400, max_words=400)
+    return SideRules()
+
+
+def default_recipe(langs: list[str], kind: str = "parallel") -> Recipe:
+    """The built-in recipe for a dataset's languages; mono corpora skip pair-only stages."""
+    sides = [_side_defaults(lang) for lang in langs] or [SideRules()]
+    rules = RulesConfig(src=sides[0], tgt=sides[-1])
+    stages = STAGES if kind == "parallel" else ("normalize", "rules", "langid", "dedup")
+    return Recipe(rules=rules, stages=stages)
+
+
+T = TypeVar("T")
+
+
+def _convert(value: Any, hint: Any, where: str) -> Any:
+    origin = get_origin(hint)
+    args = get_args(hint)
+    if origin is type(None) or hint is type(None):
+        return value
+    if args and type(None) in args:  # Optional[X]
+        inner = next(a for a in args if a is not type(None))
+        return None if value is None else _convert(value, inner, where)
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise InputError(f"recipe: {where} should be a table, found {value!r}")
+        return _build(hint, value, where)  # type: ignore[arg-type]
+    if origin is tuple:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise InputError(f"recipe: {where} should be a list of names, found {value!r}")
+        return tuple(value)
+    if origin is dict:
+        if not isinstance(value, dict) or not all(
+                isinstance(v, list) and all(isinstance(x, str) for x in v) for v in value.values()):
+            raise InputError(f"recipe: {where} should map names to lists of names, "
+                             f"found {value!r}")
+        return {k: list(v) for k, v in value.items()}
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise InputError(f"recipe: {where} should be true or false, found {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InputError(f"recipe: {where} should be a whole number ≥ 0, found {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InputError(f"recipe: {where} should be a number, found {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise InputError(f"recipe: {where} should be a string, found {value!r}")
+        return value
+    raise InputError(f"recipe: {where} has an unsupported type")  # pragma: no cover
+
+
+def _build(cls: type[T], table: dict[str, Any], where: str, base: T | None = None) -> T:
+    hints = get_type_hints(cls)
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    for key in table:
+        if key not in names:
+            prefix = f"{where}." if where else ""
+            raise InputError(f"recipe: unknown key {prefix}{key} "
+                             f"(known: {', '.join(sorted(names))})")
+    values = {}
+    for key, value in table.items():
+        inner_where = f"{where}.{key}" if where else key
+        current = getattr(base, key) if base is not None else None
+        if dataclasses.is_dataclass(hints[key]) and isinstance(value, dict) and current is not None:
+            values[key] = _build(hints[key], value, inner_where, current)
+        else:
+            values[key] = _convert(value, hints[key], inner_where)
+    start = base if base is not None else cls()
+    return replace(start, **values)  # type: ignore[type-var]
+
+
+def _apply_shared_side_keys(table: dict[str, Any]) -> dict[str, Any]:
+    """``[rules]`` may hold side keys that apply to both sides; ``[rules.src]`` overrides."""
+    rules = table.get("rules")
+    if not isinstance(rules, dict):
+        return table
+    side_names = {f.name for f in fields(SideRules)}
+    shared = {k: v for k, v in rules.items() if k in side_names}
+    if not shared:
+        return table
+    rest = {k: v for k, v in rules.items() if k not in side_names}
+    for side in ("src", "tgt"):
+        own = rest.get(side, {})
+        if not isinstance(own, dict):
+            raise InputError(f"recipe: rules.{side} should be a table, found {own!r}")
+        rest[side] = {**shared, **own}
+    return {**table, "rules": rest}
+
+
+def load_recipe(path: str | Path | None, langs: list[str], kind: str = "parallel") -> Recipe:
+    """Read a recipe over the defaults for ``langs``; ``None`` gives the defaults."""
+    base = default_recipe(langs, kind)
+    if path is None:
+        return base
+    p = Path(path)
+    try:
+        table = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"recipe {p} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read recipe {p}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"recipe {p} is not valid TOML: {exc}") from exc
+    try:
+        recipe = _build(Recipe, _apply_shared_side_keys(table), "", base)
+    except InputError as exc:
+        raise InputError(str(exc).replace("recipe:", f"recipe {p}:", 1)) from None
+    unknown = [s for s in recipe.stages if s not in STAGES]
+    if unknown:
+        raise InputError(f"recipe {p}: unknown stage {unknown[0]!r} (known: {', '.join(STAGES)})")
+    order = [STAGES.index(s) for s in recipe.stages]
+    if order != sorted(order) or len(set(order)) != len(order):
+        raise InputError(f"recipe {p}: stages must be a subset of {', '.join(STAGES)}, "
+                         "in that order, each once")
+    if kind != "parallel" and "align" in recipe.stages:
+        raise InputError(f"recipe {p}: the align stage needs a parallel corpus")
+    if not 0.0 <= recipe.align.quantile < 1.0:
+        raise InputError(f"recipe {p}: align.quantile should be in [0, 1), "
+                         f"found {recipe.align.quantile}")
+    return recipe

@@ -1,0 +1,178 @@
+"""``spr-data clean``: accounting, resumability, determinism, recipes and quarantine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import spr_data.pipeline.clean as clean_module
+from spr_data import InputError, OutputError, ingest, open_dataset, verify_dataset
+from spr_data.pipeline.clean import clean
+from tests.conftest import run_cli
+
+NO_ALIGN = 'stages = ["normalize", "rules", "langid", "dedup"]\n'
+
+
+def recipe_file(tmp_path: Path, text: str, name: str = "r.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def multi30k(corpora: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Multi30k en-de train (29,000 pairs) in 8 shards, with some junk appended."""
+    root = tmp_path_factory.mktemp("m30k")
+    base = corpora / "parallel/multi30k"
+    import gzip
+
+    en = gzip.decompress((base / "train.en.gz").read_bytes()).decode().splitlines()
+    de = gzip.decompress((base / "train.de.gz").read_bytes()).decode().splitlines()
+    en += ["Two dogs play in the snow.", "http://example.com/x", "@@@ ### !!!"]
+    de += ["Two dogs play in the snow.", "Ein Hund.", "Zwei Hunde."]
+    (root / "c.en").write_text("\n".join(en) + "\n")
+    (root / "c.de").write_text("\n".join(de) + "\n")
+    ingest([root / "c.en", root / "c.de"], root / "ds", shard_rows=4000)
+    return root / "ds"
+
+
+def all_ids(path: Path) -> np.ndarray:
+    ds = open_dataset(path)
+    return ds.take(np.arange(len(ds))).column("id").to_numpy()
+
+
+def test_every_row_is_kept_or_rejected_exactly_once(multi30k: Path, tmp_path: Path):
+    report = clean(multi30k, tmp_path / "out", recipe=recipe_file(tmp_path, NO_ALIGN),
+                   workers=1)
+    kept, rejected = all_ids(tmp_path / "out"), all_ids(tmp_path / "out/rejects")
+    assert len(kept) + len(rejected) == report.rows_in == len(open_dataset(multi30k))
+    assert np.array_equal(np.sort(np.concatenate([kept, rejected])), np.sort(all_ids(multi30k)))
+    assert verify_dataset(tmp_path / "out").ok
+    data = json.loads((tmp_path / "out/report.json").read_text())
+    assert data["rows_in"] == data["rows_kept"] + data["rows_rejected"]
+    assert sum(data["by_reason"].values()) == data["rows_rejected"]
+    assert data["stages"][-1]["rows_out"] == data["rows_kept"]
+    rejects = open_dataset(tmp_path / "out/rejects")
+    assert {"reason", "reasons", "stage"} <= set(rejects.schema.names)
+    by_src = {r["src"]: r for r in rejects.take(range(len(rejects))).to_pylist()}
+    assert by_src["Two dogs play in the snow."]["reason"] == "copied_source"
+    assert by_src["@@@ ### !!!"]["reason"] == "junk_src"
+    assert "url_only_src" in by_src["http://example.com/x"]["reasons"]
+
+
+def test_output_is_identical_for_any_number_of_workers(multi30k: Path, tmp_path: Path):
+    recipe = recipe_file(tmp_path, NO_ALIGN)
+    clean(multi30k, tmp_path / "one", recipe=recipe, workers=1)
+    clean(multi30k, tmp_path / "two", recipe=recipe, workers=2)
+    for sub in ("", "rejects/"):
+        one = json.loads((tmp_path / "one" / sub / "manifest.json").read_text())
+        two = json.loads((tmp_path / "two" / sub / "manifest.json").read_text())
+        assert one["shards"] == two["shards"]  # same files, rows and sha256
+
+
+def test_a_killed_run_resumes_to_the_same_bytes(multi30k: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch):
+    recipe = recipe_file(tmp_path, NO_ALIGN)
+    clean(multi30k, tmp_path / "whole", recipe=recipe, workers=1)
+    real_decide = clean_module._decide_task
+    calls = {"n": 0}
+
+    def dies_after_three(task):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise KeyboardInterrupt  # like a kill in the middle of the run
+        return real_decide(task)
+
+    monkeypatch.setattr(clean_module, "_decide_task", dies_after_three)
+    with pytest.raises(KeyboardInterrupt):
+        clean(multi30k, tmp_path / "killed", recipe=recipe, workers=1)
+    assert not (tmp_path / "killed/manifest.json").exists()
+    monkeypatch.setattr(clean_module, "_decide_task", real_decide)
+    report = clean(multi30k, tmp_path / "killed", recipe=recipe, workers=1)
+    assert report.resumed_shards == 3
+    whole = json.loads((tmp_path / "whole/manifest.json").read_text())["shards"]
+    resumed = json.loads((tmp_path / "killed/manifest.json").read_text())["shards"]
+    assert whole == resumed
+
+
+def test_a_relaunch_with_another_recipe_is_refused(multi30k: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch):
+    def dies(task):  # type: ignore[no-untyped-def]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(clean_module, "_decide_task", dies)
+    with pytest.raises(KeyboardInterrupt):
+        clean(multi30k, tmp_path / "out", recipe=recipe_file(tmp_path, NO_ALIGN), workers=1)
+    other = recipe_file(tmp_path, NO_ALIGN + "[rules]\nmax_length_ratio = 9.0\n", "o.toml")
+    with pytest.raises(OutputError, match="another recipe"):
+        clean(multi30k, tmp_path / "out", recipe=other, workers=1)
+
+
+def test_an_existing_output_needs_overwrite(multi30k: Path, tmp_path: Path):
+    recipe = recipe_file(tmp_path, NO_ALIGN)
+    clean(multi30k, tmp_path / "out", recipe=recipe, workers=1)
+    result = run_cli("clean", multi30k, "--out", tmp_path / "out", "--recipe", recipe)
+    assert result.exit_code == 1 and "--overwrite" in result.stderr
+    result = run_cli("clean", multi30k, "--out", tmp_path / "out", "--recipe", recipe,
+                     "--overwrite", "--workers", "1", "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["rows_in"] == 29003
+
+
+def test_quarantine_rejects_exactly_the_listed_rows(multi30k: Path, tmp_path: Path):
+    quarantine = tmp_path / "q.jsonl"
+    quarantine.write_text('{"step": 10, "row_ids": [5, 17, 28000]}\n{"id": 99}\n3\n')
+    clean(multi30k, tmp_path / "out", recipe=recipe_file(tmp_path, NO_ALIGN), workers=1,
+          quarantine=quarantine)
+    rejects = open_dataset(tmp_path / "out/rejects")
+    rows = rejects.take(range(len(rejects))).to_pylist()
+    assert sorted(r["id"] for r in rows if r["reason"] == "quarantined") == [3, 5, 17, 99, 28000]
+    assert all(r["stage"] == "quarantine" for r in rows if r["reason"] == "quarantined")
+
+
+@pytest.mark.parametrize("line,message", [
+    ('{"row_ids": [1, "x"]}', "expected a row id"),
+    ("not json", "not JSON"),
+])
+def test_a_bad_quarantine_file_names_the_line(multi30k: Path, tmp_path: Path, line: str,
+                                             message: str):
+    quarantine = tmp_path / "q.jsonl"
+    quarantine.write_text('{"row_ids": [1]}\n' + line + "\n")
+    result = run_cli("clean", multi30k, "--out", tmp_path / "out", "--quarantine", quarantine)
+    assert result.exit_code == 2 and f"{quarantine}:2" in result.stderr and message in result.stderr
+
+
+@pytest.mark.parametrize("text,message", [
+    ("[rules]\nmax_lenght_ratio = 2\n", "unknown key rules.max_lenght_ratio"),
+    ("[rules.src]\nmax_chars = 'many'\n", "rules.src.max_chars should be a whole number"),
+    ('stages = ["rules", "normalize"]\n', "in that order"),
+    ('stages = ["rules", "magic"]\n', "unknown stage 'magic'"),
+    ("[align]\nquantile = 1.5\n", "align.quantile"),
+    ("this is = not toml [", "not valid TOML"),
+])
+def test_recipe_errors_name_the_key(multi30k: Path, tmp_path: Path, text: str, message: str):
+    recipe = recipe_file(tmp_path, text)
+    result = run_cli("clean", multi30k, "--out", tmp_path / "out", "--recipe", recipe)
+    assert result.exit_code == 2, result.stderr
+    assert message in result.stderr and str(recipe) in result.stderr
+
+
+def test_shipped_recipes_load(multi30k: Path):
+    from spr_data.recipe import load_recipe
+
+    shipped = Path(__file__).resolve().parents[1] / "data_manifests"
+    files = sorted(shipped.glob("*.toml"))
+    assert {f.stem for f in files} >= {"default", "en-zh", "en-de", "en-bn"}
+    for f in files:
+        assert load_recipe(f, ["en", "de"]).stages[0] == "normalize"
+
+
+def test_clean_refuses_a_rejects_dataset_and_its_own_input(multi30k: Path, tmp_path: Path):
+    from spr_data import DatasetError
+
+    with pytest.raises(DatasetError, match="rejects dataset"):
+        clean(multi30k / "rejects", tmp_path / "out")
+    with pytest.raises(InputError, match="differ"):
+        clean(multi30k, multi30k)
