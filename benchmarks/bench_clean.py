@@ -43,10 +43,39 @@ from spr_data.pipeline.clean import clean
 started = time.perf_counter()
 report = clean(sys.argv[1], sys.argv[2], recipe=sys.argv[3] or None, workers=int(sys.argv[4]))
 seconds = time.perf_counter() - started
-own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM restarts at exec; ru_maxrss would still count the benchmark's own memory at fork time
+own = int(next(line.split()[1] for line in open("/proc/self/status")
+               if line.startswith("VmHWM"))) / 1024
 kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 print(json.dumps({"seconds": seconds, "rows_in": report.rows_in, "kept": report.rows_kept,
-                  "align": report.align, "rss_mb": max(own, kids)}))
+                  "timings": report.timings,
+                  "align": report.align, "rss_mb": max(own, kids), "main_mb": own,
+                  "worker_mb": kids}))
+"""
+
+#: OpusFilter with the equivalent filters, run by a Python that has it (``--opusfilter-python``)
+RUN_OPUSFILTER = """
+import json, sys, time
+from opusfilter.filters import (CharacterScoreFilter, HtmlTagFilter, LanguageIDFilter,
+                                LengthFilter, LengthRatioFilter, NonZeroNumeralsFilter,
+                                RepetitionFilter)
+src = open(sys.argv[1], encoding="utf-8").read().split("\\n")[:-1]
+tgt = open(sys.argv[2], encoding="utf-8").read().split("\\n")[:-1]
+pairs = list(zip(src, tgt))
+filters = [LengthFilter(1, 250, "word"), LengthRatioFilter(3, "char"),
+           CharacterScoreFilter(["Latin", "Latin"], [0.5, 0.5]), RepetitionFilter(),
+           NonZeroNumeralsFilter(0.5), HtmlTagFilter()]
+if sys.argv[3]:
+    filters.append(LanguageIDFilter(["en", "de"], id_method="fasttext",
+                                    fasttext_model_path=sys.argv[3], thresholds=[0.5, 0.5]))
+started = time.perf_counter()
+keep = [True] * len(pairs)
+for f in filters:
+    for i, score in enumerate(f.score(pairs)):
+        if keep[i] and not f.accept(score):
+            keep[i] = False
+print(json.dumps({"pairs_per_s": len(pairs) / (time.perf_counter() - started),
+                  "kept": sum(keep)}))
 """
 
 RECIPES = {
@@ -131,6 +160,22 @@ def measure_langid(pairs: list[tuple[str, str]], sample: int) -> float:
     return len(subset) / (time.perf_counter() - started)
 
 
+def measure_opusfilter(python: Path, pairs: list[tuple[str, str]], work: Path) -> None:
+    from spr_data.qa.langid import model_path
+
+    (work / "o.en").write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
+    (work / "o.de").write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    for label, model in (("OpusFilter, rules", ""),
+                         ("OpusFilter, rules + langid", str(model_path()))):
+        result = subprocess.run([str(python), "-c", RUN_OPUSFILTER, str(work / "o.en"),
+                                 str(work / "o.de"), model], capture_output=True, text=True)
+        if result.returncode != 0:
+            print(f"{label:<28} failed: {result.stderr.strip().splitlines()[-1:]}")
+            continue
+        r = json.loads(result.stdout.strip().splitlines()[-1])
+        print(f"{label:<28} {r['pairs_per_s']:>10,.0f}   (1 process, {len(pairs):,} pairs)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -139,6 +184,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--corpora", type=Path, default=ROOT.parent / "shared" / "corpora")
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--opusfilter-python", type=Path, default=None,
+                        help="a Python with opusfilter (and fasttext-predict) installed")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="spr-bench-clean-", dir=args.workdir))
@@ -152,7 +199,8 @@ def main() -> None:
         print(f"corpus: {len(pairs):,} pairs from Multi30k en-de (5% injected junk of "
               f"{len(INJECTORS)} kinds), {summary.input_bytes / 1e6:.0f} MB, "
               f"{summary.shards} shard(s); workers={args.workers}; ingest {summary.seconds:.1f} s")
-        print(f"{'run':<28} {'pairs/s':>10} {'seconds':>8} {'kept':>10} {'peak RSS MB':>12}")
+        print(f"{'run':<28} {'pairs/s':>10} {'seconds':>8} {'kept':>10} {'peak RSS MB':>12}"
+              "  (main / largest worker)")
         for name, text in RECIPES.items():
             recipe = work / "recipe.toml"
             recipe.write_text(text)
@@ -164,16 +212,22 @@ def main() -> None:
                 capture_output=True, text=True, check=True)
             r = json.loads(result.stdout.strip().splitlines()[-1])
             print(f"{name:<28} {r['rows_in'] / r['seconds']:>10,.0f} {r['seconds']:>8.1f} "
-                  f"{r['kept']:>10,} {r['rss_mb']:>12,.0f}")
+                  f"{r['kept']:>10,} {r['rss_mb']:>12,.0f}  ({r['main_mb']:,.0f} / "
+                  f"{r['worker_mb']:,.0f})")
             if r["align"]:
                 print(f"{'  of which align training':<28} {'':>10} "
-                      f"{r['align']['train_seconds']:>8.1f}   (on {r['align']['trained_on']:,}"
-                      " pairs)")
+                      f"{r['timings']['align_train']:>8.1f}   (on {r['align']['trained_on']:,}"
+                      " pairs sampled from the rows that passed)")
+                decide = r["timings"]["decide"]
+                print(f"{'  decide step with scoring':<28} {r['rows_in'] / decide:>10,.0f} "
+                      f"{decide:>8.1f}   (align scores, dedup, writing the output)")
         sample = min(len(pairs), 100_000)
         print(f"{'plain-Python rule loop':<28} {measure_python(pairs, sample):>10,.0f}"
               f"   (1 process, {sample:,} pairs)")
         print(f"{'fastText langid, both sides':<28} {measure_langid(pairs, sample):>10,.0f}"
               f"   (1 process, {sample:,} pairs)")
+        if args.opusfilter_python:
+            measure_opusfilter(args.opusfilter_python, pairs[:20_000], work)
         print("targets (2 cores): rules only >= 100k pairs/s; rules + langid + dedup >= 30k "
               "pairs/s; align training on 1M pairs < 5 min; peak RSS < 1 GB")
     finally:

@@ -34,12 +34,22 @@ def main() -> None:
     print("| junk kind | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(names))
     for kind in INJECTORS:
-        print(f"| {kind} | " + " | ".join(f"{results[n][0][kind]:.2f}" for n in names) + " |")
+        print(f"| {kind} | " + " | ".join(f"{results[n].recall[kind]:.2f}" for n in names)
+              + " |")
     print("| **real pairs rejected** | "
-          + " | ".join(f"{results[n][1]:.2%}" for n in names) + " |")
-    for n in names:
-        reasons = ", ".join(f"{r} {c}" for r, c in results[n][2].most_common())
-        print(f"\n{n}: real pairs rejected by reason: {reasons}")
+          + " | ".join(f"{results[n].real_rejected:.2%}" for n in names) + " |")
+    print("\nper first reason: rejected rows that were injected junk / real pairs "
+          "(precision = junk share)\n")
+    reasons = sorted({r for q in results.values()
+                      for r in (*q.junk_by_reason, *q.real_by_reason)})
+    print("| reason | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for reason in reasons:
+        cells = []
+        for n in names:
+            junk, real = results[n].junk_by_reason[reason], results[n].real_by_reason[reason]
+            cells.append(f"{junk} / {real} ({junk / (junk + real):.2f})" if junk + real else "")
+        print(f"| `{reason}` | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

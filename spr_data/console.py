@@ -14,12 +14,15 @@ from rich.progress import (
     DownloadColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    Task,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
     TransferSpeedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 __all__ = [
     "err",
@@ -71,14 +74,22 @@ def progress_bytes(description: str, *, enabled: bool) -> Iterator[Callable[[int
         yield update
 
 
+class _RowRateColumn(ProgressColumn):
+    """Rows per second of a task."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text(f"{speed:,.0f} rows/s" if speed else "", style="progress.data.speed")
+
+
 @contextmanager
 def progress_steps(*, enabled: bool) -> Iterator[Callable[[str, int, int], None]]:
-    """One bar per named step (shards done of total) on a terminal; a no-op otherwise."""
+    """One bar per named step (rows done of total, rows/s) on a terminal; a no-op otherwise."""
     if not enabled or not err.is_terminal:
         yield lambda step, done, total: None
         return
     with Progress(TextColumn("{task.description:<8}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("shards"), TimeElapsedColumn(), console=err,
+                  TextColumn("rows"), _RowRateColumn(), TimeElapsedColumn(), console=err,
                   transient=True) as bar:
         tasks: dict[str, Any] = {}
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from spr_data.dataset import open_dataset
+from spr_data.pipeline.clean import clean
 from spr_data.pipeline.ingest import ingest
 from spr_data.verify import verify_dataset
 
@@ -23,7 +24,8 @@ def demo_data_dir() -> Path:
 def run_demo(
     out: Path | None = None, *, say: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
-    """Ingest the sample corpora, verify them, read rows back; return what happened."""
+    """Ingest the sample corpora, verify them, read rows back, clean them; return what
+    happened."""
     def tell(text: str) -> None:
         if say is not None:
             say(text)
@@ -60,5 +62,14 @@ def run_demo(
         if first_reject is not None:
             tell(f"  reject id {first_reject['id']} (line {first_reject['origin']['line']}): "
                  f"{first_reject['reason']}")
-    tell(f"\nnext: spr-data info {root / 'tatoeba-eng-cmn'}")
+        cleaned = clean(root / name, root / f"{name}-clean", workers=1, overwrite=True)
+        result["datasets"][name]["clean"] = {
+            "rows_kept": cleaned.rows_kept, "rows_rejected": cleaned.rows_rejected,
+            "by_reason": cleaned.by_reason, "verified": verify_dataset(root / f"{name}-clean").ok}
+        reasons = ", ".join(f"{r} {n}" for r, n in sorted(cleaned.by_reason.items(),
+                                                          key=lambda kv: -kv[1]))
+        tell(f"[bold]clean[/] → {root / f'{name}-clean'}: kept {cleaned.rows_kept:,} of "
+             f"{cleaned.rows_in:,}; rejected {reasons or 'none'}")
+    tell(f"\nnext: spr-data info {root / 'tatoeba-eng-cmn-clean'}  ·  "
+         f"spr-data info {root / 'opennmt-en-de-clean' / 'rejects'}")
     return result

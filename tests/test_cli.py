@@ -56,6 +56,10 @@ def test_demo_runs_end_to_end(tmp_path: Path):
     assert tatoeba["rows"] == 2000 and tatoeba["sample"]["src"]
     assert opennmt["first_reject"]["reason"] == "empty_field"
     assert opennmt["first_reject"]["origin"]["line"] == 5
+    for dataset in (tatoeba, opennmt):
+        assert dataset["clean"]["verified"]
+        assert dataset["clean"]["rows_kept"] + dataset["clean"]["rows_rejected"] == \
+            dataset["rows"]
     human = run_cli("demo", "--out", tmp_path / "demo2")
     assert human.exit_code == 0 and "verify: ok" in human.stdout
 

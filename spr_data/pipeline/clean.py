@@ -22,7 +22,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,8 @@ class CleanReport:
     seconds: float
     workers: int
     resumed_shards: int = 0
+    #: wall seconds of each step: score, dedup, align_train, decide
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def rows_rejected(self) -> int:
@@ -105,6 +107,7 @@ class CleanReport:
             "recipe": self.recipe, "recipe_hash": self.recipe_hash,
             "seconds": round(self.seconds, 3), "workers": self.workers,
             "resumed_shards": self.resumed_shards,
+            "timings": {k: round(v, 3) for k, v in self.timings.items()},
         }
 
 
@@ -314,6 +317,26 @@ def _decide_task(task: _ShardTask) -> dict[str, Any]:
     return stats
 
 
+_STAGE_ORDER = ("quarantine", "rules", "langid", "dedup", "align")
+_SIDES = ("src", "tgt", "text")
+
+
+def reason_rank(reason: str) -> tuple[int, int, int]:
+    """Where a reason stands in the order stages apply them: stage, then side, then rule (the
+    order in which ``reasons`` lists them and ``reason`` picks the first)."""
+    from spr_data.qa.rules import PAIR_RULES, SIDE_RULES
+
+    stage = _STAGE_ORDER.index(stage_of_reason(reason))
+    if stage_of_reason(reason) == "rules":
+        if reason in PAIR_RULES:
+            return stage, len(_SIDES), PAIR_RULES.index(reason)
+        rule, _, side = reason.rpartition("_")
+        return stage, _SIDES.index(side), SIDE_RULES.index(rule)
+    if reason in _LANGID_REASONS:
+        return stage, 0, _LANGID_REASONS.index(reason)
+    return stage, 0, 0
+
+
 def _unpack_reasons(column: pa.ChunkedArray) -> list[tuple[str, np.ndarray]]:
     flat = pc.list_flatten(column)
     if len(flat) == 0:
@@ -321,10 +344,7 @@ def _unpack_reasons(column: pa.ChunkedArray) -> list[tuple[str, np.ndarray]]:
     rows = np.asarray(pc.list_parent_indices(column).to_numpy())
     values = np.asarray(flat.to_numpy(zero_copy_only=False), dtype=object)
     n = len(column)
-    order: list[str] = []
-    for v in values.tolist():  # reasons in order of first appearance keep stage order
-        if v not in order:
-            order.append(v)
+    order = sorted(set(values.tolist()), key=reason_rank)
     out = []
     for reason in order:
         mask = np.zeros(n, dtype=bool)
@@ -492,8 +512,9 @@ def clean(
 ) -> CleanReport:
     """Clean ``dataset`` into ``out`` (kept rows) and ``out/rejects`` (every rejected row).
 
-    ``on_progress(step, done, total)`` reports shards done per step. A run killed at any point
-    resumes where it stopped when started again with the same inputs and recipe.
+    ``on_progress(step, done, total)`` reports rows done per step (score, decide). A run
+    killed at any point resumes where it stopped when started again with the same inputs and
+    recipe.
     """
     started = time.perf_counter()
     source = open_dataset(dataset)
@@ -545,15 +566,24 @@ def _run(source: Dataset, out: Path, work: Path, recipe: Recipe, executor: Local
                         out=str(out), recipe=recipe, kind=source.kind, langs=tuple(langs))
              for u, (path, start, length) in enumerate(spans)]
 
-    def report_progress(step: str, done: int) -> None:
-        if on_progress is not None:
-            on_progress(step, done, len(tasks))
+    total = sum(t.length for t in tasks)
+    rows_done = {"score": 0, "decide": 0}
 
-    for done, _ in enumerate(executor.map(_score_task, tasks), start=1):
-        report_progress("score", done)
+    def report_progress(step: str, task: _ShardTask) -> None:
+        rows_done[step] += task.length
+        if on_progress is not None:
+            on_progress(step, rows_done[step], total)
+
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+    for i, _ in executor.map(_score_task, tasks):
+        report_progress("score", tasks[i])
+    timings["score"], clock = time.perf_counter() - clock, time.perf_counter()
     scored = [work / f"scored-{t.index:05d}.arrow" for t in tasks]
     dedup = _global_dedup(work, recipe, scored)
+    timings["dedup"], clock = time.perf_counter() - clock, time.perf_counter()
     aligner, align_info = _train_aligner(work, recipe, scored, dedup, langs)
+    timings["align_train"], clock = time.perf_counter() - clock, time.perf_counter()
     decide = [replace(t, duplicates=str(dedup) if dedup else None,
                       aligner=str(aligner) if aligner else None,
                       aligner_hash=align_info["model_hash"] if align_info else None,
@@ -561,10 +591,13 @@ def _run(source: Dataset, out: Path, work: Path, recipe: Recipe, executor: Local
                       quarantine=str(quarantine) if quarantine else None)
               for t in tasks]
     results: dict[int, dict[str, Any]] = {}
-    for done, (i, stats) in enumerate(executor.map(_decide_task, decide), start=1):
+    for i, stats in executor.map(_decide_task, decide):
         results[decide[i].index] = stats
-        report_progress("decide", done)
-    return _finish(source, out, work, recipe, results, align_info, executor.workers)
+        report_progress("decide", decide[i])
+    timings["decide"] = time.perf_counter() - clock
+    report = _finish(source, out, work, recipe, results, align_info, executor.workers)
+    report.timings = timings
+    return report
 
 
 def _finish(source: Dataset, out: Path, work: Path, recipe: Recipe,

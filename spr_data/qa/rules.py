@@ -27,8 +27,9 @@ from spr_data.recipe import RulesConfig, SideRules
 
 __all__ = ["PAIR_RULES", "SIDE_RULES", "RulesStage"]
 
-SIDE_RULES = ("empty", "too_short", "too_long", "junk", "script_mismatch", "repetition",
-              "url_only", "html", "boilerplate")
+#: Per-side rules in the order they apply (the first that fails is a row's ``reason``).
+SIDE_RULES = ("empty", "too_short", "too_long", "url_only", "html", "boilerplate", "junk",
+              "script_mismatch", "repetition")
 PAIR_RULES = ("length_ratio", "copied_source", "numbers_mismatch")
 
 _URLISH = (r"(?:https?://|ftp://|www\.)\S+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
