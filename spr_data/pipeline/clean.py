@@ -198,7 +198,7 @@ def _read_shard(path: Path) -> pa.Table:
         return pa.ipc.open_file(source).read_all()
 
 
-def _write_ipc(path: Path, table: pa.Table) -> ShardInfo:
+def _write_ipc(path: Path, table: pa.Table, *, digest: bool = True) -> ShardInfo:
     tmp = path.with_name(path.name + TMP_SUFFIX)
     try:
         batch = table.combine_chunks().to_batches()
@@ -214,7 +214,8 @@ def _write_ipc(path: Path, table: pa.Table) -> ShardInfo:
         tmp.unlink(missing_ok=True)
         raise OutputError(os_error_message(exc, path)) from exc
     first = table.column(ID)[0].as_py() if table.num_rows else None
-    return ShardInfo(path.name, table.num_rows, path.stat().st_size, sha256_file(path), first)
+    return ShardInfo(path.name, table.num_rows, path.stat().st_size,
+                     sha256_file(path) if digest else "", first)
 
 
 def unit_rows(rows: int) -> int:
@@ -234,8 +235,8 @@ def _score_task(task: _ShardTask) -> int:
     table = _read_shard(Path(task.shard)).slice(task.offset, task.length)
     batches = table.to_batches(max_chunksize=_SLICE_ROWS) or [
         pa.RecordBatch.from_pylist([], schema=table.schema)]
-    _write_ipc(target, pa.Table.from_batches(
-        [_score_slice(b, stages, columns, task.recipe) for b in batches]))
+    _write_ipc(target, pa.Table.from_batches(  # work file: fsynced, not hashed
+        [_score_slice(b, stages, columns, task.recipe) for b in batches]), digest=False)
     return int(table.num_rows)
 
 
@@ -536,7 +537,6 @@ def clean(
     }
     created = prepare_output(out, overwrite=overwrite, resume=True)
     work = out / WORK_DIR
-    executor = LocalExecutor(workers)
     try:
         _check_run(work, identity, overwrite)
         (out / REJECTS_DIR).mkdir(exist_ok=True)
@@ -545,7 +545,8 @@ def clean(
             quarantine_path = work / "quarantine.npy"
             with open(quarantine_path, "wb") as f:
                 np.save(f, quarantine_ids, allow_pickle=False)
-        report = _run(source, out, work, resolved, executor, quarantine_path, on_progress)
+        with LocalExecutor(workers) as executor:
+            report = _run(source, out, work, resolved, executor, quarantine_path, on_progress)
     except BaseException:
         if created and not (out / WORK_DIR).exists():
             remove_outputs(out, created=True)
