@@ -213,6 +213,10 @@ def info(
                       f"{m.bytes:,} bytes; columns: {', '.join(f.name for f in m.schema)}")
     console.out.print(f"made by {lineage.get('stage', '?')} (spr-data "
                       f"{lineage.get('version', '?')}) at {lineage.get('created', '?')}")
+    parent = lineage.get("parent")
+    if isinstance(parent, dict):
+        console.out.print(f"  from {parent.get('path')} ({parent.get('rows', '?'):,} rows); "
+                          f"recipe {lineage.get('recipe_hash', '?')}")
     for i, source in enumerate(lineage.get("inputs", [])):
         files = ", ".join(f["path"] for f in source.get("files", []))
         console.out.print(f"  input {i}: {source.get('format')} {files} "
