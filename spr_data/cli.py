@@ -185,6 +185,66 @@ def clean(
                           f"details in {out / 'report.json'}")
 
 
+@app.command("fertility-report")
+@_reports_errors
+def fertility_report(
+    inputs: Annotated[list[Path], typer.Argument(
+        help="Text files (one segment per line) or dataset directories.")],
+    tokenizer: Annotated[list[str], typer.Option(
+        "--tokenizer", "-t", help="[NAME=]PATH of a .model, tokenizer.json, vocab.json or "
+        "tiktoken ranks file; or 'bytes' / 'chars'. Repeat to compare.")],
+    sample: Annotated[int | None, typer.Option(
+        "--sample", min=1, help="At most N segments per input, chosen with --seed.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of --sample.")] = 0,
+    reference: Annotated[str, typer.Option(
+        "--reference", help="Language that parity is measured against.")] = "en",
+    json_file: Annotated[Path | None, typer.Option(
+        "--json", help="Write the report as JSON to this file.")] = None,
+    markdown_file: Annotated[Path | None, typer.Option(
+        "--markdown", help="Write the tables as Markdown to this file.")] = None,
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="Exit 1 when any warning fires (for CI of training repos).")] = False,
+) -> None:
+    """Characters per token, fertility and balance per script and language, per tokenizer."""
+    import json
+
+    from spr_data.qa.fertility import fertility_report as run_report
+    from spr_data.qa.fertility import read_sources
+    from spr_data.tokenizers import load_tokenizer
+
+    tokenizers = [load_tokenizer(t) for t in tokenizer]
+    report = run_report(read_sources(inputs, sample=sample, seed=seed), tokenizers,
+                        reference=reference)
+    if json_file is not None:
+        json_file.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    tables = []
+    for name, data in report["tokenizers"].items():
+        for group in ("by_script", "by_lang"):
+            rows = [[key, f"{m['segments']:,}", f"{m['chars_per_token']:.2f}",
+                     f"{m['bytes_per_token']:.2f}", f"{m['tokens_per_word']:.2f}",
+                     f"{m['mark_split_rate']:.1%}", f"{m['byte_fallback_rate']:.1%}",
+                     f"{m['char_share']:.1%}", f"{m['token_share']:.1%}",
+                     f"{m['parity']:.2f}" if "parity" in m else ""]
+                    for key, m in data[group].items()]
+            tables.append((f"{name} — {group.replace('_', ' ')}", rows))
+    columns = ["group", "segments", "chars/token", "bytes/token", "tokens/word", "mark-split",
+               "byte-fallback", "char share", "token share", "parity"]
+    for title, rows in tables:
+        console.out.print(console.table(title, columns, rows))
+    for warning in report["warnings"]:
+        console.err.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
+    if markdown_file is not None:
+        lines = []
+        for title, rows in tables:
+            lines += [f"### {title}", "", "| " + " | ".join(columns) + " |",
+                      "|" + "---|" * len(columns)]
+            lines += ["| " + " | ".join(r) + " |" for r in rows] + [""]
+        lines += [f"- warning: {w}" for w in report["warnings"]]
+        markdown_file.write_text("\n".join(lines) + "\n")
+    if strict and report["warnings"]:
+        raise typer.Exit(1)
+
+
 @app.command()
 @_reports_errors
 def info(
