@@ -245,6 +245,61 @@ def fertility_report(
         raise typer.Exit(1)
 
 
+@app.command("train-tokenizer")
+@_reports_errors
+def train_tokenizer(
+    inputs: Annotated[list[Path], typer.Argument(help="Datasets or text files to train on.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the tokenizer.")],
+    kind: Annotated[str, typer.Option(
+        "--kind", help="sentencepiece-unigram | sentencepiece-bpe | bpe | byte-bpe")],
+    vocab_size: Annotated[int, typer.Option("--vocab-size", min=100, help="Vocabulary size.")],
+    balance: Annotated[str, typer.Option(
+        "--balance", help="Balance groups by 'script' or 'lang', or 'none'.")] = "script",
+    alpha: Annotated[float, typer.Option(
+        "--alpha", help="Temperature: a group with share p gets ∝ p^alpha.")] = 0.3,
+    weights: Annotated[str | None, typer.Option(
+        "--weights", help="Explicit group weights instead, e.g. Latin=0.5,Bengali=0.5.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sampling.")] = 0,
+    as_json: JsonOption = False,
+) -> None:
+    """Train a tokenizer on balanced, streamed text; report its fertility on held-out text."""
+    from spr_data.pipeline.train_tokenizer import train_tokenizer as run_train
+    from spr_data.qa.fertility import TextSource, fertility_report
+    from spr_data.tokenizers import load_tokenizer
+
+    parsed = None
+    if weights:
+        try:
+            parsed = {k.strip(): float(v) for k, v in (p.split("=") for p in weights.split(","))}
+        except ValueError:
+            raise InputError(f"--weights {weights!r} should be GROUP=WEIGHT,...") from None
+    result = run_train(inputs, out, kind=kind, vocab_size=vocab_size, balance=balance,
+                       alpha=alpha, weights=parsed, seed=seed)
+    by_lang: dict[str, list[str]] = {}
+    for text, lang in result.held_out:
+        by_lang.setdefault(lang, []).append(text)
+    sources = [TextSource(f"held-out:{lang}", None if lang == "und" else lang, texts)
+               for lang, texts in by_lang.items()]
+    report = fertility_report(sources, [load_tokenizer(str(result.tokenizer_file))]) \
+        if sources else None
+    if as_json:
+        console.print_json({**result.to_json(), "out": str(out), "held_out_report": report})
+        return
+    console.out.print(f"[bold]{result.tokenizer_file}[/]: {kind}, {vocab_size:,} tokens, "
+                      f"trained on {result.segments_fed:,} segments; sampling rates "
+                      + ", ".join(f"{g} ×{r:.2f}" for g, r in result.rates.items()))
+    if report is not None:
+        data = next(iter(report["tokenizers"].values()))
+        rows = [[script, f"{m['segments']:,}", f"{m['chars_per_token']:.2f}",
+                 f"{m['mark_split_rate']:.1%}", f"{m['char_share']:.1%}",
+                 f"{m['token_share']:.1%}"] for script, m in data["by_script"].items()]
+        console.out.print(console.table("held-out fertility by script",
+                                        ["script", "segments", "chars/token", "mark-split",
+                                         "char share", "token share"], rows))
+        for warning in report["warnings"]:
+            console.err.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
+
+
 @app.command()
 @_reports_errors
 def info(

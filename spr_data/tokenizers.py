@@ -39,6 +39,10 @@ _TIKTOKEN_PATTERNS = {128_000: _CL100K, 200_000: _O200K}
 
 
 def _starts_with_mark(piece: bytes) -> bool:
+    """Whether a token's text begins with a combining mark (a byte-level token that begins
+    inside a character begins with no character at all)."""
+    if piece[:1] and 0x80 <= piece[0] < 0xC0:
+        return False
     text = piece.decode("utf-8", errors="ignore").lstrip(" \u2581")
     return bool(text) and unicodedata.category(text[0]).startswith("M")
 
@@ -53,6 +57,24 @@ class Tokenizer:
     byte_fallback: np.ndarray  # bool per id: a SentencePiece <0x..> byte piece
     unknown: np.ndarray  # bool per id: the unknown token
     starts_with_mark: np.ndarray  # bool per id: the token's text begins with a combining mark
+
+    def __post_init__(self) -> None:
+        byte_level = self.kind == "hf" and "ByteLevel" in self.encoder.to_str()
+        self._byte_level_decoder = _byte_decoder() if byte_level else None
+
+    def pretokens(self, texts: Sequence[str]) -> list[str] | None:
+        """The pieces the tokenizer's pre-tokenizer cuts ``texts`` into, before any merge;
+        None when it has none to ask (SentencePiece, tiktoken, the baselines)."""
+        if self.kind != "hf" or self.encoder.pre_tokenizer is None:
+            return None
+        decoder = self._byte_level_decoder
+        pieces = []
+        for text in texts:
+            for piece, _ in self.encoder.pre_tokenizer.pre_tokenize_str(text):
+                if decoder is not None:
+                    piece = bytes(decoder.get(c, 0) for c in piece).decode("utf-8", "replace")
+                pieces.append(piece)
+        return pieces
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids of each text, special tokens left out."""

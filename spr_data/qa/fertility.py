@@ -12,6 +12,7 @@ multi-parallel inputs (files whose line i means the same thing).
 from __future__ import annotations
 
 import random
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +29,8 @@ from spr_data.tokenizers import Tokenizer
 __all__ = ["TextSource", "fertility_report", "read_sources"]
 
 _BATCH = 4096
-#: warning thresholds
-MARK_SPLIT_WARN = 0.02
+#: warning thresholds; MARK_SPLIT_WARN applies to the pre-tokenizer's pieces
+MARK_SPLIT_WARN = 0.01
 LOW_CHARS_PER_TOKEN = 2.0
 HIGH_LATIN_CHARS_PER_TOKEN = 3.5
 BALANCE_WARN = 0.25
@@ -100,6 +101,8 @@ class _Counts:
     fallback: np.ndarray
     unknown: np.ndarray
     marks: np.ndarray
+    pretokens: np.ndarray  # pieces the pre-tokenizer made (-1: no pre-tokenizer to ask)
+    pretoken_marks: np.ndarray  # of which begin with a combining mark
 
 
 def _count(texts: list[str], tokenizer: Tokenizer) -> _Counts:
@@ -119,9 +122,21 @@ def _count(texts: list[str], tokenizer: Tokenizer) -> _Counts:
             hit = flags[np.minimum(flat, len(flags) - 1)]
             out[start:stop] = np.bincount(rows[hit], minlength=len(ids))
     words = pc.list_value_length(pc.utf8_split_whitespace(arr)).to_numpy()
+    pretokens = np.full(n, -1, dtype=np.int64)
+    pretoken_marks = np.zeros(n, dtype=np.int64)
+    for i, text in enumerate(texts):
+        pieces = tokenizer.pretokens([text])
+        if pieces is None:
+            break
+        pretokens[i] = len(pieces)
+        pretoken_marks[i] = sum(1 for p in pieces if p and _is_mark(p[0]))
     return _Counts(np.asarray(pc.utf8_length(arr).to_numpy()),
                    np.asarray(pc.binary_length(arr).to_numpy()), np.asarray(words), tokens,
-                   fallback, unknown, marks)
+                   fallback, unknown, marks, pretokens, pretoken_marks)
+
+
+def _is_mark(char: str) -> bool:
+    return unicodedata.category(char).startswith("M")
 
 
 def _metrics(c: _Counts, sel: np.ndarray, total_chars: int, total_tokens: int,
@@ -138,6 +153,9 @@ def _metrics(c: _Counts, sel: np.ndarray, total_chars: int, total_tokens: int,
         "byte_fallback_rate": round(int(c.fallback[sel].sum()) / per, 5),
         "unknown_rate": round(int(c.unknown[sel].sum()) / per, 5),
         "mark_split_rate": round(int(c.marks[sel].sum()) / per, 5),
+        "pretoken_mark_split_rate": (
+            round(int(c.pretoken_marks[sel].sum()) / max(int(c.pretokens[sel].sum()), 1), 5)
+            if (c.pretokens[sel] >= 0).all() and sel.any() else None),
         "char_share": round(chars / max(total_chars, 1), 5),
         "token_share": round(tokens / max(total_tokens, 1), 5),
         "spaceless_script": spaceless,
@@ -195,10 +213,12 @@ def _warnings(name: str, by_script: dict[str, Any], by_lang: dict[str, Any]) -> 
     out = []
     latin = by_script.get("Latin", {}).get("chars_per_token", 0.0)
     for script, m in by_script.items():
-        if m["mark_split_rate"] > MARK_SPLIT_WARN:
-            out.append(f"{name}: {m['mark_split_rate']:.1%} of {script} tokens begin with a "
-                       "combining mark: its pre-tokenizer cuts words at vowel signs "
-                       "(a letter class without \\p{M}); keep marks inside words")
+        rate = m["pretoken_mark_split_rate"]
+        if rate is not None and rate > MARK_SPLIT_WARN:
+            out.append(f"{name}: its pre-tokenizer cuts {script} words at combining marks "
+                       f"({rate:.1%} of its pieces begin with one, and {m['mark_split_rate']:.1%}"
+                       " of the tokens): its letter class lacks \\p{M}; keep marks inside "
+                       "words (train-tokenizer --kind bpe/byte-bpe does)")
         if script not in ("None", "Common", "Latin") and latin > HIGH_LATIN_CHARS_PER_TOKEN \
                 and m["chars_per_token"] < LOW_CHARS_PER_TOKEN:
             out.append(f"{name}: {script} gets {m['chars_per_token']:.2f} characters per token "

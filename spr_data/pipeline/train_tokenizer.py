@@ -1,0 +1,253 @@
+"""``train-tokenizer``: tokenizers trained on streamed, script- or language-balanced text.
+
+The fertility trap has two causes, and this fixes both. (1) GPT-2-style pre-tokenizers split
+words with a letter class (``\\p{L}``) that leaves out combining marks (``\\p{M}``), so every
+Bengali or Devanagari word is cut at each vowel sign before BPE sees it; the ``bpe`` and
+``byte-bpe`` kinds here keep marks inside words. (2) A corpus where one language dominates by
+characters gets a vocabulary for that language; groups (scripts or languages) are resampled
+with temperature α: a group with share p of the characters gets a share ∝ p^α (α = 1 keeps
+the corpus as it is, α = 0 makes the groups equal). Rarer groups are repeated, nothing is
+dropped, and the text is streamed into the trainer — never held in memory as a corpus.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from spr_data.errors import InputError, OutputError
+from spr_data.fsio import atomic_write_bytes
+from spr_data.qa.scripts import normalize_lang, profile
+
+__all__ = ["KINDS", "MARK_AWARE_PATTERN", "TrainResult", "iter_segments", "train_tokenizer"]
+
+KINDS = ("sentencepiece-unigram", "sentencepiece-bpe", "bpe", "byte-bpe")
+
+#: GPT-2's split, with combining marks counted as part of words (and digits kept apart).
+MARK_AWARE_PATTERN = (r"'s|'t|'re|'ve|'m|'ll|'d| ?[\p{L}\p{M}]+| ?\p{N}+"
+                      r"| ?[^\s\p{L}\p{M}\p{N}]+|\s+(?!\S)|\s+")
+_BATCH = 4096
+#: Every HOLD_OUT_EVERY-th segment is kept out of training for the closing fertility report.
+HOLD_OUT_EVERY = 100
+MAX_HELD_OUT = 20_000
+
+
+def iter_segments(inputs: Sequence[str | Path]) -> Iterator[tuple[str, str]]:
+    """``(text, language)`` for every segment of datasets (each text column) or text files,
+    streamed a batch at a time."""
+    from spr_data.dataset import open_dataset
+    from spr_data.pipeline.sources import InputFile, _langs_in_name, iter_line_blocks
+    from spr_data.schema import text_columns
+
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            ds = open_dataset(path)
+            columns = text_columns(ds.kind)  # type: ignore[arg-type]
+            for batch in ds.iter_batches(_BATCH):
+                for i, column in enumerate(columns):
+                    lang = normalize_lang(ds.langs[i]) if i < len(ds.langs) else "und"
+                    for text in batch.column(column).to_pylist():
+                        yield text, lang
+        elif path.is_file():
+            found = _langs_in_name(path, "mono")
+            lang = normalize_lang(found[0]) if found else "und"
+            for block in iter_line_blocks(InputFile(path, size=path.stat().st_size)):
+                try:
+                    texts = block.cast(pa.string()).to_pylist()
+                except pa.ArrowInvalid:
+                    raise InputError(f"{path} is not valid UTF-8; ingest it first") from None
+                for text in texts:
+                    if text:
+                        yield text, lang
+        else:
+            raise InputError(f"input {path} does not exist")
+
+
+def _groups_of(texts: list[str], langs: list[str], by: str) -> list[str]:
+    if by == "lang":
+        return langs
+    return [str(s) for s in profile(pa.array(texts, pa.string())).dominant_script()]
+
+
+def _batched(inputs: Sequence[str | Path]) -> Iterator[tuple[list[str], list[str]]]:
+    texts: list[str] = []
+    langs: list[str] = []
+    for text, lang in iter_segments(inputs):
+        texts.append(text)
+        langs.append(lang)
+        if len(texts) == _BATCH:
+            yield texts, langs
+            texts, langs = [], []
+    if texts:
+        yield texts, langs
+
+
+#: Groups under this share of the characters are fed as they are: temperature sampling would
+#: repeat a few stray segments (a Cyrillic name, a line of digits) hundreds of times.
+MIN_BALANCED_SHARE = 0.005
+#: No group is repeated more than this many times on average.
+MAX_RATE = 20.0
+
+
+def sampling_rates(chars: dict[str, int], alpha: float,
+                   weights: dict[str, float] | None = None) -> dict[str, float]:
+    """How many times each group's segments are fed to the trainer (on average), so that the
+    group shares of characters become ∝ p^α (or ∝ ``weights``); the least boosted group
+    gets 1, so nothing is dropped. Groups without letters ("None") and tiny groups keep 1."""
+    total = sum(chars.values())
+    if not total:
+        return {}
+    rates = {g: 1.0 for g in chars}
+    share = {g: c / total for g, c in chars.items()
+             if c and c / total >= MIN_BALANCED_SHARE and g not in ("None", "und")}
+    if len(share) < 2:
+        return rates
+    if weights:
+        missing = [g for g in share if g not in weights]
+        if missing:
+            raise InputError(f"--weights gives no weight for {', '.join(missing)}")
+        target = {g: weights[g] for g in share}
+    else:
+        target = {g: p ** alpha for g, p in share.items()}
+    norm = sum(target.values())
+    ratio = {g: (target[g] / norm) / share[g] for g in share}
+    low = min(ratio.values())
+    rates.update({g: min(r / low, MAX_RATE) for g, r in ratio.items()})
+    return rates
+
+
+@dataclass
+class TrainResult:
+    """What ``train-tokenizer`` wrote and measured; ``to_json`` is ``training.json``."""
+
+    out: Path
+    kind: str
+    vocab_size: int
+    balance: str
+    alpha: float
+    chars_by_group: dict[str, int]
+    rates: dict[str, float]
+    fed_chars_by_group: dict[str, int]
+    segments_fed: int
+    tokenizer_file: Path
+    held_out: list[tuple[str, str]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "vocab_size": self.vocab_size, "balance": self.balance,
+                "alpha": self.alpha, "chars_by_group": self.chars_by_group,
+                "sampling_rates": {g: round(r, 4) for g, r in self.rates.items()},
+                "fed_chars_by_group": self.fed_chars_by_group,
+                "segments_fed": self.segments_fed, "held_out_segments": len(self.held_out),
+                "tokenizer": self.tokenizer_file.name}
+
+
+def train_tokenizer(
+    inputs: Sequence[str | Path],
+    out: str | Path,
+    *,
+    kind: str,
+    vocab_size: int,
+    balance: str = "script",
+    alpha: float = 0.3,
+    weights: dict[str, float] | None = None,
+    seed: int = 0,
+) -> TrainResult:
+    """Train a tokenizer of ``kind`` on the balanced stream and write it into ``out``."""
+    if kind not in KINDS:
+        raise InputError(f"--kind {kind!r} is not one of {', '.join(KINDS)}")
+    if balance not in ("script", "lang", "none"):
+        raise InputError(f"--balance {balance!r} is not one of script, lang, none")
+    if not 0.0 <= alpha <= 1.0:
+        raise InputError(f"--alpha should be between 0 and 1, found {alpha}")
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create {out}: {exc.strerror}") from exc
+    chars: Counter[str] = Counter()
+    for texts, langs in _batched(inputs):  # pass 1: the groups' sizes
+        for text, group in zip(texts, _groups_of(texts, langs, balance if balance != "none"
+                                                 else "lang"), strict=True):
+            chars[group] += len(text)
+    if not chars:
+        raise InputError("no text to train on")
+    rates = ({g: 1.0 for g in chars} if balance == "none"
+             else sampling_rates(dict(chars), alpha, weights))
+    fed: Counter[str] = Counter()
+    count = [0]
+
+    held_out: list[tuple[str, str]] = []
+
+    def stream() -> Iterator[str]:  # pass 2: the balanced stream, deterministic from the seed
+        rng = random.Random(seed)
+        index = 0
+        for texts, langs in _batched(inputs):
+            groups = _groups_of(texts, langs, balance if balance != "none" else "lang")
+            for text, lang, group in zip(texts, langs, groups, strict=True):
+                index += 1
+                if index % HOLD_OUT_EVERY == 0:  # never trained on: the report measures these
+                    if len(held_out) < MAX_HELD_OUT:
+                        held_out.append((text, lang))
+                    continue
+                rate = rates.get(group, 1.0)
+                times = int(rate) + (rng.random() < rate - int(rate))
+                for _ in range(times):
+                    fed[group] += len(text)
+                    count[0] += 1
+                    yield text
+
+    if kind.startswith("sentencepiece"):
+        target = out / "tokenizer.model"
+        _train_sentencepiece(stream(), target, kind.split("-")[1], vocab_size)
+    else:
+        target = out / "tokenizer.json"
+        _train_hf(stream(), target, kind, vocab_size)
+    result = TrainResult(out, kind, vocab_size, balance, alpha, dict(chars), rates, dict(fed),
+                         count[0], target, held_out)
+    atomic_write_bytes(out / "training.json",
+                       json.dumps(result.to_json(), indent=2, ensure_ascii=False).encode())
+    return result
+
+
+def _train_hf(texts: Iterator[str], target: Path, kind: str, vocab_size: int) -> None:
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    split = pre_tokenizers.Split(Regex(MARK_AWARE_PATTERN), behavior="isolated")
+    if kind == "byte-bpe":
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [split, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                      special_tokens=[])
+    else:
+        tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        tok.pre_tokenizer = split
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
+                                      special_tokens=["<unk>"])
+    tok.train_from_iterator(texts, trainer=trainer)
+    tmp = target.with_name(target.name + ".tmp")
+    tok.save(str(tmp))
+    tmp.replace(target)
+
+
+def _train_sentencepiece(texts: Iterator[str], target: Path, model_type: str,
+                         vocab_size: int) -> None:
+    import sentencepiece as spm
+
+    prefix = target.with_name("tokenizer.tmp")
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=texts, model_prefix=str(prefix), model_type=model_type,
+        vocab_size=vocab_size, byte_fallback=True, character_coverage=0.9995,
+        input_sentence_size=0, shuffle_input_sentence=False, minloglevel=2, num_threads=2)
+    Path(str(prefix) + ".model").replace(target)
+    Path(str(prefix) + ".vocab").unlink(missing_ok=True)
