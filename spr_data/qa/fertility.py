@@ -11,6 +11,7 @@ multi-parallel inputs (files whose line i means the same thing).
 
 from __future__ import annotations
 
+import itertools
 import random
 import unicodedata
 from collections.abc import Sequence
@@ -29,6 +30,8 @@ from spr_data.tokenizers import Tokenizer
 __all__ = ["TextSource", "fertility_report", "read_sources"]
 
 _BATCH = 4096
+#: segments of each input whose pre-tokenizer pieces are looked at (every n/SAMPLE-th one)
+PRETOKEN_SAMPLE = 200
 #: warning thresholds; MARK_SPLIT_WARN applies to the pre-tokenizer's pieces
 MARK_SPLIT_WARN = 0.01
 LOW_CHARS_PER_TOKEN = 2.0
@@ -112,8 +115,9 @@ def _count(texts: list[str], tokenizer: Tokenizer) -> _Counts:
     fallback, unknown, marks = (np.zeros(n, dtype=np.int64) for _ in range(3))
     for start in range(0, n, _BATCH):
         ids = tokenizer.encode(texts[start:start + _BATCH])
-        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
-        flat = np.fromiter((t for x in ids for t in x), dtype=np.int64, count=int(lengths.sum()))
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64,
+                           count=int(lengths.sum()))
         rows = np.repeat(np.arange(len(ids)), lengths)
         stop = start + len(ids)
         tokens[start:stop] = lengths
@@ -124,8 +128,9 @@ def _count(texts: list[str], tokenizer: Tokenizer) -> _Counts:
     words = pc.list_value_length(pc.utf8_split_whitespace(arr)).to_numpy()
     pretokens = np.full(n, -1, dtype=np.int64)
     pretoken_marks = np.zeros(n, dtype=np.int64)
-    for i, text in enumerate(texts):
-        pieces = tokenizer.pretokens([text])
+    # the pre-tokenizer's cuts are a rate: a sample of each input measures it
+    for i in range(0, n, max(1, n // PRETOKEN_SAMPLE)):
+        pieces = tokenizer.pretokens([texts[i]])
         if pieces is None:
             break
         pretokens[i] = len(pieces)
@@ -153,13 +158,20 @@ def _metrics(c: _Counts, sel: np.ndarray, total_chars: int, total_tokens: int,
         "byte_fallback_rate": round(int(c.fallback[sel].sum()) / per, 5),
         "unknown_rate": round(int(c.unknown[sel].sum()) / per, 5),
         "mark_split_rate": round(int(c.marks[sel].sum()) / per, 5),
-        "pretoken_mark_split_rate": (
-            round(int(c.pretoken_marks[sel].sum()) / max(int(c.pretokens[sel].sum()), 1), 5)
-            if (c.pretokens[sel] >= 0).all() and sel.any() else None),
+        "pretoken_mark_split_rate": _pretoken_rate(c, sel),
         "char_share": round(chars / max(total_chars, 1), 5),
         "token_share": round(tokens / max(total_tokens, 1), 5),
         "spaceless_script": spaceless,
     }
+
+
+def _pretoken_rate(c: _Counts, sel: np.ndarray) -> float | None:
+    """Share of the sampled pre-tokenizer pieces that begin with a combining mark."""
+    sampled = sel & (c.pretokens >= 0)
+    if not sampled.any():
+        return None
+    return round(int(c.pretoken_marks[sampled].sum()) / max(int(c.pretokens[sampled].sum()), 1),
+                 5)
 
 
 def fertility_report(sources: list[TextSource], tokenizers: list[Tokenizer], *,
