@@ -202,6 +202,9 @@ def fertility_report(
         "--json", help="Write the report as JSON to this file.")] = None,
     markdown_file: Annotated[Path | None, typer.Option(
         "--markdown", help="Write the tables as Markdown to this file.")] = None,
+    chart_file: Annotated[Path | None, typer.Option(
+        "--chart", help="Write a self-contained HTML chart of characters per token per "
+        "script and tokenizer.")] = None,
     strict: Annotated[bool, typer.Option(
         "--strict", help="Exit 1 when any warning fires (for CI of training repos).")] = False,
 ) -> None:
@@ -241,6 +244,10 @@ def fertility_report(
             lines += ["| " + " | ".join(r) + " |" for r in rows] + [""]
         lines += [f"- warning: {w}" for w in report["warnings"]]
         markdown_file.write_text("\n".join(lines) + "\n")
+    if chart_file is not None:
+        from spr_data.qa.fertility import chart_html
+
+        chart_file.write_text(chart_html(report), encoding="utf-8")
     if strict and report["warnings"]:
         raise typer.Exit(1)
 

@@ -101,11 +101,15 @@ def test_tiktoken_ranks_files_load(corpora: Path):
 def test_cli_writes_json_and_markdown_and_strict_fails(corpora: Path, tmp_path: Path):
     result = run_cli("fertility-report", ntrex(corpora, "en"), ntrex(corpora, "hi"),
                      "-t", corpora / "tokenizers/gpt2-vocab.json", "--sample", "300",
-                     "--json", tmp_path / "r.json", "--markdown", tmp_path / "r.md", "--strict")
+                     "--json", tmp_path / "r.json", "--markdown", tmp_path / "r.md",
+                     "--chart", tmp_path / "r.html", "--strict")
     assert result.exit_code == 1  # GPT-2 splits Devanagari at vowel signs
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["tokenizers"]["gpt2-vocab.json"]["by_lang"]["hi"]["segments"] == 300
     assert "| group |" in (tmp_path / "r.md").read_text()
+    chart = (tmp_path / "r.html").read_text()
+    assert "<svg" in chart and "Devanagari" in chart and "http://" not in chart.replace(
+        'xmlns="http://www.w3.org/2000/svg"', "")
     ok = run_cli("fertility-report", ntrex(corpora, "en"), "-t", "chars", "--sample", "50")
     assert ok.exit_code == 0
 

@@ -27,7 +27,7 @@ from spr_data.errors import InputError
 from spr_data.qa.scripts import CJK, normalize_lang, profile
 from spr_data.tokenizers import Tokenizer
 
-__all__ = ["TextSource", "fertility_report", "read_sources"]
+__all__ = ["TextSource", "chart_html", "fertility_report", "read_sources"]
 
 _BATCH = 4096
 #: segments of each input whose pre-tokenizer pieces are looked at (every n/SAMPLE-th one)
@@ -242,3 +242,46 @@ def _warnings(name: str, by_script: dict[str, Any], by_lang: dict[str, Any]) -> 
             out.append(f"{name}: {lang} is {m['char_share']:.1%} of the characters but "
                        f"{m['token_share']:.1%} of the tokens")
     return out
+
+
+def chart_html(report: dict[str, Any], title: str = "Characters per token by script") -> str:
+    """A self-contained HTML page (inline SVG, no scripts, no downloads) with one bar per
+    script and tokenizer: characters per token."""
+    from html import escape
+
+    names = list(report["tokenizers"])
+    scripts = sorted({s for d in report["tokenizers"].values() for s in d["by_script"]
+                      if s not in ("None", "Common")})
+    colors = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
+              "#ff9da7"]
+    top = max((m["chars_per_token"] for d in report["tokenizers"].values()
+               for s, m in d["by_script"].items() if s in scripts), default=1.0)
+    bar, gap, left, height = 14, 10, 110, 260
+    width = left + len(scripts) * (len(names) * bar + gap) + 20
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 90}">']
+    for k in range(5):
+        y = 20 + height * (1 - k / 4)
+        parts.append(f'<line x1="{left - 5}" x2="{width - 10}" y1="{y}" y2="{y}" '
+                     'stroke="#ddd"/>')
+        parts.append(f'<text x="{left - 10}" y="{y + 4}" text-anchor="end" font-size="11">'
+                     f"{top * k / 4:.1f}</text>")
+    x = left
+    for script in scripts:
+        for i, name in enumerate(names):
+            m = report["tokenizers"][name]["by_script"].get(script)
+            if m:
+                h = height * m["chars_per_token"] / top
+                parts.append(f'<rect x="{x + i * bar}" y="{20 + height - h:.1f}" '
+                             f'width="{bar - 2}" height="{h:.1f}" '
+                             f'fill="{colors[i % len(colors)]}"><title>{escape(name)} · '
+                             f'{escape(script)}: {m["chars_per_token"]:.2f}</title></rect>')
+        parts.append(f'<text transform="translate({x + 4},{height + 30}) rotate(45)" '
+                     f'font-size="11">{escape(script)}</text>')
+        x += len(names) * bar + gap
+    parts.append("</svg>")
+    legend = "".join(f'<span style="color:{colors[i % len(colors)]}">■</span> {escape(n)} '
+                     for i, n in enumerate(names))
+    warnings = "".join(f"<li>{escape(w)}</li>" for w in report["warnings"])
+    return (f"<!doctype html><meta charset='utf-8'><title>{escape(title)}</title>"
+            f"<body style='font-family:sans-serif'><h2>{escape(title)}</h2><p>{legend}</p>"
+            f"{''.join(parts)}<h3>Warnings</h3><ul>{warnings or '<li>none</li>'}</ul></body>")
