@@ -57,6 +57,8 @@ class Tokenizer:
     byte_fallback: np.ndarray  # bool per id: a SentencePiece <0x..> byte piece
     unknown: np.ndarray  # bool per id: the unknown token
     starts_with_mark: np.ndarray  # bool per id: the token's text begins with a combining mark
+    #: bool per id: the token starts a new word (a leading space or ▁; not a WordPiece ##)
+    word_initial: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         byte_level = self.kind == "hf" and "ByteLevel" in self.encoder.to_str()
@@ -110,21 +112,27 @@ def _byte_decoder() -> dict[str, int]:
     return {chr(c): b for b, c in zip(printable, codes, strict=True)}
 
 
-def _hf_flags(tok: Any, byte_level: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _hf_flags(tok: Any, byte_level: bool) -> tuple[np.ndarray, ...]:
     size = tok.get_vocab_size(with_added_tokens=True)
-    unknown, marks = _flags(size), _flags(size)
+    unknown, marks, initial = _flags(size), _flags(size), _flags(size)
     decoder = _byte_decoder() if byte_level else None
-    for token, i in tok.get_vocab(with_added_tokens=True).items():
+    vocab = tok.get_vocab(with_added_tokens=True)
+    model = json.loads(tok.to_str()).get("model", {})
+    wordpiece = model.get("type") == "WordPiece"
+    for token, i in vocab.items():
         if decoder is not None:
             piece = bytes(decoder.get(c, 0) for c in token)
         else:
             piece = token.removeprefix("##").encode()
         marks[i] = _starts_with_mark(piece)
-    model = json.loads(tok.to_str()).get("model", {})
+        if wordpiece:
+            initial[i] = not token.startswith("##")
+        else:
+            initial[i] = piece[:1] in (b" ", b"\t") or token.startswith("\u2581")
     unk = model.get("unk_token")
     if unk is not None and tok.token_to_id(unk) is not None:
         unknown[tok.token_to_id(unk)] = True
-    return _flags(size), unknown, marks
+    return _flags(size), unknown, marks, initial
 
 
 def load_tokenizer(spec: str) -> Tokenizer:
@@ -132,8 +140,10 @@ def load_tokenizer(spec: str) -> Tokenizer:
     name, _, target = spec.rpartition("=") if "=" in spec else ("", "", spec)
     if target in ("bytes", "chars"):
         size = 256 if target == "bytes" else 0x110000
+        initial = _flags(size)
+        initial[[9, 32]] = True  # a space starts a word
         return Tokenizer(name or target, target, None, _flags(size), _flags(size),
-                         _flags(size))
+                         _flags(size), initial)
     path = Path(target)
     if not path.is_file():
         raise InputError(f"tokenizer {target} does not exist (give a .model, tokenizer.json, "
@@ -170,12 +180,14 @@ def _sentencepiece(name: str, path: Path) -> Tokenizer:
     except (OSError, RuntimeError) as exc:
         raise InputError(f"{path} is not a SentencePiece model: {exc}") from exc
     size = sp.get_piece_size()
-    fallback, unknown, marks = _flags(size), _flags(size), _flags(size)
+    fallback, unknown, marks, initial = (_flags(size) for _ in range(4))
     for i in range(size):
+        piece = sp.id_to_piece(i)
         fallback[i] = sp.is_byte(i)
         unknown[i] = sp.is_unknown(i)
-        marks[i] = _starts_with_mark(sp.id_to_piece(i).encode())
-    return Tokenizer(name, "sentencepiece", sp, fallback, unknown, marks)
+        marks[i] = _starts_with_mark(piece.encode())
+        initial[i] = piece.startswith("\u2581")
+    return Tokenizer(name, "sentencepiece", sp, fallback, unknown, marks, initial)
 
 
 def _hf(name: str, path: Path) -> Tokenizer:
@@ -186,8 +198,8 @@ def _hf(name: str, path: Path) -> Tokenizer:
     except Exception as exc:  # the library raises a bare Exception on bad JSON
         raise InputError(f"{path} is not an HF tokenizer.json: {exc}") from exc
     byte_level = "ByteLevel" in tok.to_str()
-    fallback, unknown, marks = _hf_flags(tok, byte_level)
-    return Tokenizer(name, "hf", tok, fallback, unknown, marks)
+    fallback, unknown, marks, initial = _hf_flags(tok, byte_level)
+    return Tokenizer(name, "hf", tok, fallback, unknown, marks, initial)
 
 
 def _gpt2(name: str, path: Path) -> Tokenizer:
@@ -203,8 +215,8 @@ def _gpt2(name: str, path: Path) -> Tokenizer:
         raise InputError(f"{path} + {merges} are not a GPT-2 vocab and merges: {exc}") from exc
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    fallback, unknown, marks = _hf_flags(tok, byte_level=True)
-    return Tokenizer(name, "hf", tok, fallback, unknown, marks)
+    fallback, unknown, marks, initial = _hf_flags(tok, byte_level=True)
+    return Tokenizer(name, "hf", tok, fallback, unknown, marks, initial)
 
 
 def _tiktoken(name: str, path: Path) -> Tokenizer:
@@ -216,7 +228,8 @@ def _tiktoken(name: str, path: Path) -> Tokenizer:
     encoding = tiktoken.Encoding(name=name, pat_str=pattern, mergeable_ranks=ranks,
                                  special_tokens={})
     size = max(ranks.values()) + 1
-    marks = _flags(size)
+    marks, initial = _flags(size), _flags(size)
     for token, rank in ranks.items():
         marks[rank] = _starts_with_mark(token)
-    return Tokenizer(name, "tiktoken", encoding, _flags(size), _flags(size), marks)
+        initial[rank] = token[:1] in (b" ", b"\t")
+    return Tokenizer(name, "tiktoken", encoding, _flags(size), _flags(size), marks, initial)

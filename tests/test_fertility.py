@@ -117,3 +117,13 @@ def test_cli_writes_json_and_markdown_and_strict_fails(corpora: Path, tmp_path: 
 def test_bad_tokenizer_is_a_clear_error(tmp_path: Path, corpora: Path):
     result = run_cli("fertility-report", ntrex(corpora, "en"), "-t", tmp_path / "none.model")
     assert result.exit_code == 2 and "does not exist" in result.stderr
+
+
+def test_continued_words(report: dict):
+    """The share of words that take two tokens or more: most English words are one GPT-2 token,
+    almost every Bengali word is several."""
+    gpt2 = report["tokenizers"]["gpt2"]["by_lang"]
+    assert gpt2["en"]["continued_words"] < 0.3
+    assert gpt2["bn"]["continued_words"] > 0.9
+    llama2 = report["tokenizers"]["llama2"]["by_lang"]
+    assert llama2["en"]["continued_words"] < llama2["ru"]["continued_words"]

@@ -104,6 +104,8 @@ class _Counts:
     fallback: np.ndarray
     unknown: np.ndarray
     marks: np.ndarray
+    runs: np.ndarray  # words as the tokens group them (a word-initial token starts one)
+    continued: np.ndarray  # of which span two tokens or more
     pretokens: np.ndarray  # pieces the pre-tokenizer made (-1: no pre-tokenizer to ask)
     pretoken_marks: np.ndarray  # of which begin with a combining mark
 
@@ -112,7 +114,7 @@ def _count(texts: list[str], tokenizer: Tokenizer) -> _Counts:
     arr = pa.array(texts, pa.string())
     n = len(texts)
     tokens = np.zeros(n, dtype=np.int64)
-    fallback, unknown, marks = (np.zeros(n, dtype=np.int64) for _ in range(3))
+    fallback, unknown, marks, runs, continued = (np.zeros(n, dtype=np.int64) for _ in range(5))
     for start in range(0, n, _BATCH):
         ids = tokenizer.encode(texts[start:start + _BATCH])
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
@@ -125,6 +127,16 @@ def _count(texts: list[str], tokenizer: Tokenizer) -> _Counts:
                            (marks, tokenizer.starts_with_mark)):
             hit = flags[np.minimum(flat, len(flags) - 1)]
             out[start:stop] = np.bincount(rows[hit], minlength=len(ids))
+        if tokenizer.word_initial is not None and len(flat):
+            # a word starts at a word-initial token or at a segment's first token
+            begins = tokenizer.word_initial[np.minimum(flat, len(tokenizer.word_initial) - 1)]
+            begins[np.cumsum(lengths)[:-1][lengths[1:] > 0]] = True
+            begins[0] = True
+            run_id = np.cumsum(begins) - 1
+            run_len = np.bincount(run_id)
+            run_row = rows[begins]
+            runs[start:stop] = np.bincount(run_row, minlength=len(ids))
+            continued[start:stop] = np.bincount(run_row[run_len >= 2], minlength=len(ids))
     words = pc.list_value_length(pc.utf8_split_whitespace(arr)).to_numpy()
     pretokens = np.full(n, -1, dtype=np.int64)
     pretoken_marks = np.zeros(n, dtype=np.int64)
@@ -137,7 +149,7 @@ def _count(texts: list[str], tokenizer: Tokenizer) -> _Counts:
         pretoken_marks[i] = sum(1 for p in pieces if p and _is_mark(p[0]))
     return _Counts(np.asarray(pc.utf8_length(arr).to_numpy()),
                    np.asarray(pc.binary_length(arr).to_numpy()), np.asarray(words), tokens,
-                   fallback, unknown, marks, pretokens, pretoken_marks)
+                   fallback, unknown, marks, runs, continued, pretokens, pretoken_marks)
 
 
 def _is_mark(char: str) -> bool:
@@ -158,6 +170,8 @@ def _metrics(c: _Counts, sel: np.ndarray, total_chars: int, total_tokens: int,
         "byte_fallback_rate": round(int(c.fallback[sel].sum()) / per, 5),
         "unknown_rate": round(int(c.unknown[sel].sum()) / per, 5),
         "mark_split_rate": round(int(c.marks[sel].sum()) / per, 5),
+        "continued_words": round(int(c.continued[sel].sum()) / max(int(c.runs[sel].sum()), 1),
+                                 5),
         "pretoken_mark_split_rate": _pretoken_rate(c, sel),
         "char_share": round(chars / max(total_chars, 1), 5),
         "token_share": round(tokens / max(total_tokens, 1), 5),
