@@ -127,3 +127,11 @@ def test_continued_words(report: dict):
     assert gpt2["bn"]["continued_words"] > 0.9
     llama2 = report["tokenizers"]["llama2"]["by_lang"]
     assert llama2["en"]["continued_words"] < llama2["ru"]["continued_words"]
+
+
+def test_invalid_utf8_text_is_a_clear_error(tmp_path: Path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine\ncaf\xe9\n")
+    result = run_cli("fertility-report", bad, "-t", "chars")
+    assert result.exit_code == 2
+    assert "not valid UTF-8" in result.stderr and str(bad) in result.stderr

@@ -255,6 +255,18 @@ def _split_lines(buf: bytes, end: int, record: InputFile) -> pa.Array:
     return lines
 
 
+def iter_text_lines(path: Path) -> Iterator[list[str]]:
+    """Blocks of the non-empty lines of a text file, for readers that need strict UTF-8
+    (reports, tokenizer training); ingest is the place that keeps invalid lines as rejects."""
+    for block in iter_line_blocks(InputFile(path, size=path.stat().st_size)):
+        try:
+            texts = block.cast(pa.string()).to_pylist()
+        except pa.ArrowInvalid:
+            raise InputError(f"{path} is not valid UTF-8; ingest it first, which keeps the "
+                             "invalid lines as rejects") from None
+        yield [t for t in texts if t]
+
+
 def _decode(lines: pa.Array, codes: np.ndarray) -> pa.Array:
     """Lines as UTF-8 strings; invalid lines get ``invalid_utf8`` and an empty string."""
     try:
@@ -582,7 +594,7 @@ def _moses_langs(a: Path, b: Path) -> tuple[str, str] | None:
     return None
 
 
-def _langs_in_name(path: Path, kind: Kind) -> list[str] | None:
+def langs_from_name(path: Path, kind: Kind) -> list[str] | None:
     stem = _strip_compression(path)
     if kind == "parallel":
         m = _LANG_PAIR_IN_NAME.search(stem)
@@ -684,7 +696,7 @@ def plan_sources(
                 guessed.add(pair)
             sources.append(MosesSource(files, final_kind))
             continue
-        found = _langs_in_name(ps[0], final_kind)
+        found = langs_from_name(ps[0], final_kind)
         if found:
             guessed.add(tuple(found))
         if fmt == "tsv":

@@ -43,7 +43,7 @@ def iter_segments(inputs: Sequence[str | Path]) -> Iterator[tuple[str, str]]:
     """``(text, language)`` for every segment of datasets (each text column) or text files,
     streamed a batch at a time."""
     from spr_data.dataset import open_dataset
-    from spr_data.pipeline.sources import InputFile, _langs_in_name, iter_line_blocks
+    from spr_data.pipeline.sources import iter_text_lines, langs_from_name
     from spr_data.schema import text_columns
 
     for item in inputs:
@@ -57,16 +57,11 @@ def iter_segments(inputs: Sequence[str | Path]) -> Iterator[tuple[str, str]]:
                     for text in batch.column(column).to_pylist():
                         yield text, lang
         elif path.is_file():
-            found = _langs_in_name(path, "mono")
+            found = langs_from_name(path, "mono")
             lang = normalize_lang(found[0]) if found else "und"
-            for block in iter_line_blocks(InputFile(path, size=path.stat().st_size)):
-                try:
-                    texts = block.cast(pa.string()).to_pylist()
-                except pa.ArrowInvalid:
-                    raise InputError(f"{path} is not valid UTF-8; ingest it first") from None
-                for text in texts:
-                    if text:
-                        yield text, lang
+            for block in iter_text_lines(path):
+                for text in block:
+                    yield text, lang
         else:
             raise InputError(f"input {path} does not exist")
 

@@ -51,7 +51,7 @@ class TextSource:
 def read_sources(inputs: Sequence[str | Path], *, sample: int | None = None,
                  seed: int = 0) -> list[TextSource]:
     """Text files (one segment per line; compression, BOM and CRLF handled) or datasets."""
-    from spr_data.pipeline.sources import InputFile, _langs_in_name, iter_line_blocks
+    from spr_data.pipeline.sources import iter_text_lines, langs_from_name
 
     sources = []
     for item in inputs:
@@ -61,16 +61,9 @@ def read_sources(inputs: Sequence[str | Path], *, sample: int | None = None,
         if path.is_dir():
             sources += _dataset_sources(path)
             continue
-        lines: list[str] = []
-        for block in iter_line_blocks(InputFile(path, size=path.stat().st_size)):
-            try:
-                lines += block.cast(pa.string()).to_pylist()
-            except pa.ArrowInvalid:
-                raise InputError(f"{path} is not valid UTF-8; ingest it first, which keeps "
-                                 "the invalid lines as rejects") from None
-        langs = _langs_in_name(path, "mono")
-        sources.append(TextSource(path.name, langs[0] if langs else None,
-                                  [x for x in lines if x]))
+        lines = [line for block in iter_text_lines(path) for line in block]
+        langs = langs_from_name(path, "mono")
+        sources.append(TextSource(path.name, langs[0] if langs else None, lines))
     if sample is not None:
         rng = random.Random(seed)
         for s in sources:
