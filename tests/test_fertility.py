@@ -135,3 +135,20 @@ def test_invalid_utf8_text_is_a_clear_error(tmp_path: Path):
     result = run_cli("fertility-report", bad, "-t", "chars")
     assert result.exit_code == 2
     assert "not valid UTF-8" in result.stderr and str(bad) in result.stderr
+
+
+def test_a_cleaned_dataset_is_grouped_by_its_langid_column(corpora: Path, tmp_path: Path):
+    from spr_data import ingest
+    from spr_data.pipeline.clean import clean
+
+    files = [corpora / f"multiparallel/ntrex128/newstest2019-ref.{x}.txt.gz"
+             for x in ("deu", "fra", "rus")]
+    assert ingest(files, tmp_path / "ds").langs == ["und"]  # a mix: no one language
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('stages = ["normalize", "langid"]\n')
+    clean(tmp_path / "ds", tmp_path / "clean", recipe=recipe, workers=1)
+    sources = read_sources([tmp_path / "clean"])
+    report = fertility_report(sources, [load_tokenizer("chars")])
+    by_lang = report["tokenizers"]["chars"]["by_lang"]
+    assert {"de", "fr", "ru"} <= set(by_lang)
+    assert by_lang["de"]["segments"] > 1900 and by_lang["ru"]["segments"] > 1900

@@ -46,6 +46,8 @@ class TextSource:
     name: str
     lang: str | None
     texts: list[str]
+    #: a language per segment (a cleaned dataset's langid column), when the input has one
+    seg_langs: list[str] | None = None
 
 
 def read_sources(inputs: Sequence[str | Path], *, sample: int | None = None,
@@ -79,10 +81,15 @@ def _dataset_sources(path: Path) -> list[TextSource]:
 
     ds = open_dataset(path)
     out = []
-    for i, column in enumerate(text_columns(ds.kind)):  # type: ignore[arg-type]
+    columns = text_columns(ds.kind)  # type: ignore[arg-type]
+    for i, column in enumerate(columns):
         texts = [t for b in ds.iter_batches() for t in b.column(column).to_pylist()]
         lang = ds.langs[i] if i < len(ds.langs) and ds.langs[i] != "und" else None
-        out.append(TextSource(f"{path.name}:{column}", lang, texts))
+        side = "text" if len(columns) == 1 else ("src", "tgt")[i]
+        seg_langs = None
+        if lang is None and f"lid_{side}" in ds.schema.names:  # what clean's langid found
+            seg_langs = [x for b in ds.iter_batches() for x in b.column(f"lid_{side}").to_pylist()]
+        out.append(TextSource(f"{path.name}:{column}", lang, texts, seg_langs))
     return out
 
 
@@ -188,8 +195,11 @@ def fertility_report(sources: list[TextSource], tokenizers: list[Tokenizer], *,
         raise InputError("no input text to measure")
     scripts = np.concatenate([profile(pa.array(s.texts, pa.string())).dominant_script()
                               for s in sources]) if sources else np.array([])
-    langs = np.array([normalize_lang(s.lang) if s.lang else "und"
-                      for s in sources for _ in s.texts], dtype=object)
+    per_segment: list[str | None] = [
+        lang for s in sources
+        for lang in (s.seg_langs if s.seg_langs is not None else [s.lang] * len(s.texts))]
+    langs = np.array([normalize_lang(lang) if lang else "und" for lang in per_segment],
+                     dtype=object)
     ref = normalize_lang(reference)
     report: dict[str, Any] = {"tokenizers": {}, "warnings": [], "reference": ref}
     for tok in tokenizers:
