@@ -4,17 +4,20 @@ from spr_data._version import __version__
 from spr_data.dataset import Dataset, open_dataset
 from spr_data.errors import DatasetError, InputError, OutputError, SprDataError
 from spr_data.pipeline.ingest import IngestSummary, ingest
+from spr_data.qa.audit import IdsRecorder, audit_dataset
 from spr_data.verify import VerifyReport, verify_dataset
 
 __all__ = [
     "Dataset",
     "DatasetError",
+    "IdsRecorder",
     "IngestSummary",
     "InputError",
     "OutputError",
     "SprDataError",
     "VerifyReport",
     "__version__",
+    "audit_dataset",
     "ingest",
     "open_dataset",
     "verify_dataset",

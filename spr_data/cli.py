@@ -309,6 +309,36 @@ def train_tokenizer(
 
 @app.command()
 @_reports_errors
+def audit(
+    dataset: Annotated[Path, typer.Argument(help="Dataset directory.")],
+    ids_log: Annotated[Path | None, typer.Option(
+        "--ids-log", help="Row ids a loader consumed: one per line with '# epoch N' lines "
+        "between epochs, or a .npy of one epoch.")] = None,
+    min_distinct: Annotated[float, typer.Option(
+        "--min-distinct", min=0.0, max=1.0,
+        help="Fail when distinct contents are under this share of the rows.")] = 0.5,
+    as_json: JsonOption = False,
+) -> None:
+    """Integrity, accounting through the lineage, distinct content, a loader's coverage."""
+    from spr_data.qa.audit import audit_dataset
+
+    report = audit_dataset(dataset, ids_log=ids_log, min_distinct=min_distinct)
+    if as_json:
+        console.print_json(report.to_json())
+    else:
+        for name, check in report.checks.items():
+            mark = "[green]ok[/]  " if check["ok"] else "[red]FAIL[/]"
+            console.out.print(f"{mark} {name}")
+            for problem in check.get("problems", []):
+                console.out.print(f"      {problem}", soft_wrap=True)
+        verdict = "[green]PASS[/]" if report.ok else "[red]FAIL[/]"
+        console.out.print(f"{verdict}: {dataset}")
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+@_reports_errors
 def info(
     dataset: Annotated[Path, typer.Argument(help="Dataset directory.")],
     samples: Annotated[int, typer.Option("--samples", min=0, help="Sample rows to show.")] = 3,

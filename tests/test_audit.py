@@ -1,0 +1,110 @@
+"""``spr-data audit`` catches the 2,000-pair bug, from the data side and from the loader side."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spr_data import IdsRecorder, audit_dataset, ingest, open_dataset
+from spr_data.pipeline.clean import clean
+from tests.conftest import run_cli
+
+
+@pytest.fixture(scope="module")
+def multi30k(corpora: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("audit")
+    base = corpora / "parallel/multi30k"
+    ingest([base / "train.en.gz", base / "train.de.gz"], root / "ds", shard_rows=5000)
+    return root / "ds"
+
+
+def buggy_loader(ds_path: Path) -> list[int]:
+    """The 2,000-pair bug: each shard sliced to its first 2,000 pairs."""
+    ds = open_dataset(ds_path)
+    ids: list[int] = []
+    start = 0
+    for shard in ds.manifest.shards:
+        ids += ds.take(np.arange(start, start + min(2000, shard.rows))).column("id").to_pylist()
+        start += shard.rows
+    return ids
+
+
+def test_a_full_epoch_of_every_row_passes(multi30k: Path, tmp_path: Path):
+    ds = open_dataset(multi30k)
+    order = np.random.default_rng(0).permutation(len(ds))
+    with IdsRecorder(tmp_path / "ids.log") as rec:
+        for _ in range(2):
+            rec.next_epoch()
+            for chunk in np.array_split(order, 50):
+                rec.record(ds.take(chunk).column("id").to_numpy())
+    report = audit_dataset(multi30k, ids_log=tmp_path / "ids.log")
+    assert report.ok, report.to_json()
+    assert [e["distinct_rows"] for e in report.checks["ids_log"]["epochs"]] == [29000, 29000]
+    assert report.checks["content"]["distinct_content"] > 28900
+
+
+def test_the_sliced_loader_fails_on_its_ids_log(multi30k: Path, tmp_path: Path):
+    ids = buggy_loader(multi30k)
+    log = tmp_path / "ids.log"
+    log.write_text("".join(f"{i}\n" for i in ids))
+    result = run_cli("audit", multi30k, "--ids-log", log, "--json")
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert data["ok"] is False and data["ids_log"]["ok"] is False
+    epoch = data["ids_log"]["epochs"][0]
+    assert epoch["distinct_rows"] == len(set(ids)) == 6 * 2000  # 6 shards of 5,000 (and 4,000)
+    assert epoch["missed"] == 29000 - 12000
+
+
+def test_repeated_ids_in_an_npy_log_fail(multi30k: Path, tmp_path: Path):
+    ids = np.array(buggy_loader(multi30k)[:2000] * 14 + list(range(29000))[:1000])
+    np.save(tmp_path / "ids.npy", ids)
+    epoch = audit_dataset(multi30k, ids_log=tmp_path / "ids.npy").checks["ids_log"]["epochs"][0]
+    assert epoch["repeats"] > 20000 and not epoch["ok"]
+
+
+def test_data_that_repeats_2000_pairs_fails_on_content(corpora: Path, tmp_path: Path):
+    """The buggy script's output: the first 2,000 pairs, repeated to the original length."""
+    base = corpora / "parallel/multi30k"
+    en = gzip.decompress((base / "train.en.gz").read_bytes()).decode().splitlines()
+    de = gzip.decompress((base / "train.de.gz").read_bytes()).decode().splitlines()
+    (tmp_path / "bug.en").write_text("\n".join((en[:2000] * 15)[:29000]) + "\n")
+    (tmp_path / "bug.de").write_text("\n".join((de[:2000] * 15)[:29000]) + "\n")
+    ingest([tmp_path / "bug.en", tmp_path / "bug.de"], tmp_path / "bug")
+    report = audit_dataset(tmp_path / "bug")
+    assert report.checks["integrity"]["ok"] and report.checks["accounting"]["ok"]
+    assert not report.checks["content"]["ok"]  # ids are fine; the content is not
+    assert report.checks["content"]["distinct_content"] == 2000
+    result = run_cli("audit", tmp_path / "bug")
+    assert result.exit_code == 1 and "2,000 distinct" in result.stdout
+
+
+def test_accounting_follows_the_lineage_through_clean(multi30k: Path, tmp_path: Path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('stages = ["normalize", "rules", "dedup"]\n')
+    clean(multi30k, tmp_path / "clean", recipe=recipe, workers=1)
+    report = audit_dataset(tmp_path / "clean")
+    stages = report.checks["accounting"]["stages"]
+    assert [s["stage"] for s in stages] == ["clean", "ingest"] and report.ok
+    assert stages[0]["kept"] + stages[0]["rejected"] == stages[0]["rows_in"] == 29000
+    # a row deleted from the cleaned output (shard and manifest rewritten to match) is caught
+    import pyarrow as pa
+
+    from spr_data.fsio import sha256_file
+
+    shard = tmp_path / "clean/shard-00000.arrow"
+    # read into memory, not through a memory map: the file is rewritten below
+    table = pa.ipc.open_file(pa.BufferReader(shard.read_bytes())).read_all().slice(1)
+    with pa.OSFile(str(shard), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table.combine_chunks())
+    manifest = json.loads((tmp_path / "clean/manifest.json").read_text())
+    manifest["shards"][0].update(rows=table.num_rows, bytes=shard.stat().st_size,
+                                 hash=sha256_file(shard), first_id=table.column("id")[0].as_py())
+    manifest["rows"] -= 1
+    (tmp_path / "clean/manifest.json").write_text(json.dumps(manifest))
+    broken = audit_dataset(tmp_path / "clean")
+    assert not broken.checks["accounting"]["ok"]
