@@ -317,12 +317,21 @@ def audit(
     min_distinct: Annotated[float, typer.Option(
         "--min-distinct", min=0.0, max=1.0,
         help="Fail when distinct contents are under this share of the rows.")] = 0.5,
+    world_size: Annotated[int | None, typer.Option(
+        "--world-size", min=1, help="Replay spr-data's epoch order over W ranks.")] = None,
+    workers: Annotated[int, typer.Option("--workers", min=0, help="Loader workers.")] = 0,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Batch size.")] = 1,
+    seed: Annotated[int, typer.Option("--seed", help="Shuffle seed.")] = 0,
+    epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to replay.")] = 1,
     as_json: JsonOption = False,
 ) -> None:
-    """Integrity, accounting through the lineage, distinct content, a loader's coverage."""
-    from spr_data.qa.audit import audit_dataset
+    """Integrity, accounting through the lineage, distinct content, epoch replay, and a
+    loader's coverage."""
+    from spr_data.qa.audit import Replay, audit_dataset
 
-    report = audit_dataset(dataset, ids_log=ids_log, min_distinct=min_distinct)
+    replay = (Replay(world_size=world_size, workers=workers, batch_size=batch_size, seed=seed,
+                     epochs=epochs) if world_size is not None else None)
+    report = audit_dataset(dataset, ids_log=ids_log, min_distinct=min_distinct, replay=replay)
     if as_json:
         console.print_json(report.to_json())
     else:

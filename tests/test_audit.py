@@ -108,3 +108,18 @@ def test_accounting_follows_the_lineage_through_clean(multi30k: Path, tmp_path: 
     (tmp_path / "clean/manifest.json").write_text(json.dumps(manifest))
     broken = audit_dataset(tmp_path / "clean")
     assert not broken.checks["accounting"]["ok"]
+
+
+def test_epoch_replay_of_spr_data_order(multi30k: Path):
+    from spr_data.qa.audit import Replay
+
+    report = audit_dataset(multi30k, replay=Replay(world_size=3, workers=2, batch_size=64,
+                                                    seed=1, epochs=2))
+    replay = report.checks["epoch_replay"]
+    assert replay["ok"], replay["problems"]
+    first = replay["epochs"][0]
+    assert len(set(first["batches_per_rank"])) == 1
+    assert first["distinct_rows"] + first["missed"] == 29000
+    assert first["missed"] == first["dropped_by_design"] < 3 * 64
+    result = run_cli("audit", multi30k, "--world-size", "2", "--batch-size", "100", "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["epoch_replay"]["ok"]

@@ -19,7 +19,7 @@ from spr_data.errors import DatasetError, InputError
 from spr_data.schema import ID, text_columns
 from spr_data.verify import verify_dataset
 
-__all__ = ["AuditReport", "IdsRecorder", "audit_dataset", "read_ids_log"]
+__all__ = ["AuditReport", "IdsRecorder", "Replay", "audit_dataset", "read_ids_log"]
 
 #: below this share of distinct contents among rows, the content check fails
 DEFAULT_MIN_DISTINCT = 0.5
@@ -190,8 +190,61 @@ def _check_ids_log(ds: Dataset, path: Path) -> dict[str, Any]:
     return {"ok": not problems, "epochs": epochs, "problems": problems}
 
 
+@dataclass(frozen=True)
+class Replay:
+    """The loader settings ``audit`` replays: spr-data's own epoch order and dealing."""
+
+    world_size: int = 1
+    workers: int = 0
+    batch_size: int = 1
+    seed: int = 0
+    epochs: int = 1
+    drop_remainder: bool = True
+
+
+def _check_replay(ds: Dataset, replay: Replay) -> dict[str, Any]:
+    """Replays the very functions the iterator uses and counts what each epoch saw."""
+    from spr_data.pipeline.order import epoch_order, plan
+
+    n = len(ds)
+    p = plan(n, world_size=replay.world_size, batch_size=replay.batch_size,
+             workers=replay.workers, drop_remainder=replay.drop_remainder)
+    epochs, problems = [], []
+    orders = []
+    for epoch in range(replay.epochs):
+        seen = np.zeros(n, dtype=np.int64)
+        batches = []
+        for rank in range(replay.world_size):
+            count = 0
+            for worker in range(p.workers):
+                for batch in p.worker_batches(worker):
+                    rows = epoch_order(n, replay.seed, epoch, p.batch_positions(rank, batch))
+                    np.add.at(seen, rows, 1)
+                    count += 1
+            batches.append(count)
+        first = epoch_order(n, replay.seed, epoch, np.arange(min(n, 64)))
+        orders.append(first)
+        distinct = int((seen > 0).sum())
+        repeats = int((seen - 1).clip(min=0).sum())
+        missed = n - distinct
+        equal = len(set(batches)) <= 1
+        ok = equal and repeats == p.repeated and missed == p.dropped
+        epochs.append({"epoch": epoch, "ok": ok, "distinct_rows": distinct,
+                       "repeats": repeats, "missed": missed, "batches_per_rank": batches,
+                       "dropped_by_design": p.dropped, "repeated_by_design": p.repeated})
+        if not ok:
+            problems.append(f"epoch {epoch}: {distinct:,} of {n:,} rows, {repeats:,} repeats, "
+                            f"{missed:,} missed, batches per rank {batches}")
+    if len(orders) > 1 and all(np.array_equal(orders[0], o) for o in orders[1:]) and n > 2:
+        problems.append("every epoch has the same order; set_epoch is not taking effect")
+    return {"ok": not problems, "world_size": replay.world_size, "workers": replay.workers,
+            "batch_size": replay.batch_size, "seed": replay.seed, "epochs": epochs,
+            "problems": problems}
+
+
 def audit_dataset(path: str | Path, *, ids_log: str | Path | None = None,
-                  min_distinct: float = DEFAULT_MIN_DISTINCT) -> AuditReport:
+                  min_distinct: float = DEFAULT_MIN_DISTINCT,
+                  replay: Replay | None = None) -> AuditReport:
     """Integrity, accounting through the lineage, content distinctness, and (with
     ``ids_log``) the coverage of a loader's epochs."""
     root = Path(path)
@@ -200,6 +253,8 @@ def audit_dataset(path: str | Path, *, ids_log: str | Path | None = None,
     report.checks["integrity"] = _check_integrity(root)
     report.checks["accounting"] = _check_accounting(ds)
     report.checks["content"] = _check_content(ds, min_distinct)
+    if replay is not None:
+        report.checks["epoch_replay"] = _check_replay(ds, replay)
     if ids_log is not None:
         report.checks["ids_log"] = _check_ids_log(ds, Path(ids_log))
     return report
