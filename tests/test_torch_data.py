@@ -96,3 +96,46 @@ def test_a_state_of_another_dataset_is_refused(dataset: Path, tmp_path: Path):
         SprIterableDataset(dataset, batch_size=8, world_size=2, rank=0).load_state_dict(state)
     assert len(ds) == 4387 // 8
     assert np.array_equal(next(iter(ds))["ids"].numpy(), next(iter(ds))["ids"].numpy())
+
+
+GLOO_RANK = """
+import json, os, sys
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from spr_data.pipeline.torch_data import SprIterableDataset
+dist.init_process_group("gloo", rank=int(sys.argv[2]), world_size=int(sys.argv[3]))
+ds = SprIterableDataset(sys.argv[1], batch_size=16, seed=3)  # rank and world from torch.distributed
+ds.set_epoch(1)
+ids = [i for b in DataLoader(ds, batch_size=None, num_workers=1) for i in b["ids"].tolist()]
+dist.barrier()  # a rank with fewer batches would hang here, or at the next all-reduce
+print(json.dumps({"rank": dist.get_rank(), "world": ds.world_size, "ids": ids}))
+dist.destroy_process_group()
+"""
+
+
+def test_torch_distributed_gloo_ranks_cover_the_dataset_once(dataset: Path):
+    """Real processes, a real process group on loopback, DataLoader workers, a full epoch."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    world = 3
+    procs = [subprocess.Popen([sys.executable, "-c", GLOO_RANK, str(dataset), str(r),
+                               str(world)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env) for r in range(world)]
+    outputs = []
+    for p in procs:
+        out, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err[-2000:]
+        outputs.append(json.loads(out.strip().splitlines()[-1]))
+    assert sorted(o["rank"] for o in outputs) == [0, 1, 2]
+    assert all(o["world"] == world for o in outputs)
+    ids = [i for o in outputs for i in o["ids"]]
+    assert len(ids) == len(set(ids)) and 4387 - len(ids) < world * 16
+    assert len({len(o["ids"]) for o in outputs}) == 1
