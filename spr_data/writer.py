@@ -15,7 +15,8 @@ from spr_data.fsio import TMP_SUFFIX, fsync_dir, os_error_message, sha256_file
 from spr_data.manifest import ShardInfo
 from spr_data.schema import ID
 
-__all__ = ["DEFAULT_SHARD_BYTES", "MAX_SHARD_BYTES", "ShardWriter", "shard_name"]
+__all__ = ["DEFAULT_SHARD_BYTES", "MAX_SHARD_BYTES", "ShardWriter", "shard_name",
+           "write_shard_file"]
 
 DEFAULT_SHARD_BYTES = 256 << 20
 #: Arrow ``string`` columns address at most 2 GiB; keep every shard well under that.
@@ -119,25 +120,34 @@ class ShardWriter:
             self.shards.append(future.result())
 
     def _write_shard(self, name: str, batch: pa.RecordBatch) -> ShardInfo:
-        final = self.directory / name
-        tmp = self.directory / (name + TMP_SUFFIX)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        return write_shard_file(self.directory / name, batch)
+
+
+def write_shard_file(path: Path, batch: pa.RecordBatch, *, digest: bool = True) -> ShardInfo:
+    """Write one record batch as a shard: temp name, fsync, rename; then size and hash.
+
+    The one place shard files are written (``ShardWriter`` and the clean stage use it).
+    ``digest=False`` skips the hash, for work files that no manifest lists.
+    """
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    try:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as out:
+            out.write_batch(batch)
+        fd = os.open(tmp, os.O_RDONLY)
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, self.schema) as out:
-                out.write_batch(batch)
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, final)
-            size = final.stat().st_size
-            digest = sha256_file(final)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise OutputError(os_error_message(exc, tmp)) from exc
-        first_id = batch.column(ID)[0].as_py() if ID in self.schema.names else None
-        return ShardInfo(name, batch.num_rows, size, digest, first_id)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        size = path.stat().st_size
+        hash_text = sha256_file(path) if digest else ""
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(os_error_message(exc, tmp)) from exc
+    first_id = batch.column(ID)[0].as_py() if ID in batch.schema.names and batch.num_rows \
+        else None
+    return ShardInfo(path.name, batch.num_rows, size, hash_text, first_id)
 
 
 def _row_nbytes(batch: pa.RecordBatch) -> np.ndarray:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import time
 from collections import Counter
@@ -34,14 +33,14 @@ import pyarrow.compute as pc
 from spr_data._version import __version__
 from spr_data.dataset import Dataset, open_dataset
 from spr_data.errors import DatasetError, InputError, OutputError, SprDataError
-from spr_data.fsio import TMP_SUFFIX, atomic_write_bytes, os_error_message, sha256_file
+from spr_data.fsio import TMP_SUFFIX, atomic_write_bytes
 from spr_data.manifest import MANIFEST_NAME, Manifest, ShardInfo, write_manifest
 from spr_data.outdir import REJECTS_DIR, WORK_DIR, prepare_output, remove_outputs
 from spr_data.pipeline.executor import LocalExecutor
 from spr_data.pipeline.stage import Stage
 from spr_data.recipe import Recipe, load_recipe
 from spr_data.schema import ID, REASON, text_columns
-from spr_data.writer import shard_name
+from spr_data.writer import shard_name, write_shard_file
 
 __all__ = ["CleanReport", "clean", "read_quarantine", "stage_of_reason"]
 
@@ -199,23 +198,9 @@ def _read_shard(path: Path) -> pa.Table:
 
 
 def _write_ipc(path: Path, table: pa.Table, *, digest: bool = True) -> ShardInfo:
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    try:
-        batch = table.combine_chunks().to_batches()
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
-            if batch:
-                w.write_batch(batch[0])
-            else:
-                w.write_batch(pa.RecordBatch.from_pylist([], schema=table.schema))
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise OutputError(os_error_message(exc, path)) from exc
-    first = table.column(ID)[0].as_py() if table.num_rows else None
-    return ShardInfo(path.name, table.num_rows, path.stat().st_size,
-                     sha256_file(path) if digest else "", first)
+    batches = table.combine_chunks().to_batches()
+    batch = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
+    return write_shard_file(path, batch, digest=digest)
 
 
 def unit_rows(rows: int) -> int:
