@@ -125,32 +125,22 @@ def _row_reader(schema: pa.Schema, leaves: list[_Leaf]) -> Callable[[int], dict[
     return lambda i: {name: get(i) for name, get in getters}
 
 
-def _group(idx: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray | None,
-                                                         list[tuple[int, np.ndarray]]]:
-    """Split global positions ``idx`` by the part (shard or record batch) that holds them.
-
-    Returns the stable sort order (None when one part holds them all, in their own order) and,
-    per part in that order, the part's number and the local positions.
-    """
-    part = np.searchsorted(starts, idx, side="right") - 1
-    first = int(part[0])
-    if (part == first).all():
-        return None, [(first, idx - starts[first])]
-    order = np.argsort(part, kind="stable")
-    sorted_part, local = part[order], idx[order] - starts[part[order]]
-    cuts = (np.flatnonzero(sorted_part[1:] != sorted_part[:-1]) + 1).tolist()
-    bounds = [0, *cuts, len(idx)]
-    return order, [(int(sorted_part[a]), local[a:b]) for a, b in itertools.pairwise(bounds)]
-
-
 def _grouped_take(
     idx: np.ndarray, starts: np.ndarray, take_part: Callable[[int, np.ndarray], pa.RecordBatch]
 ) -> pa.RecordBatch:
     """Gather rows ``idx`` from parts that begin at ``starts``, in the order of ``idx``."""
-    order, parts = _group(idx, starts)
-    pieces = [take_part(k, local) for k, local in parts]
-    if order is None:
-        return pieces[0]
+    part = np.searchsorted(starts, idx, side="right") - 1
+    first = int(part[0])
+    if (part == first).all():
+        return take_part(first, idx - starts[first])
+    order = np.argsort(part, kind="stable")
+    sorted_part, sorted_idx = part[order], idx[order]
+    cuts = np.flatnonzero(sorted_part[1:] != sorted_part[:-1]) + 1
+    bounds = [0, *cuts.tolist(), len(idx)]
+    pieces = [
+        take_part(int(sorted_part[a]), sorted_idx[a:b] - starts[sorted_part[a]])
+        for a, b in itertools.pairwise(bounds)
+    ]
     return pa.concat_batches(pieces).take(pa.array(_inverse(order)))
 
 
@@ -263,11 +253,16 @@ class Dataset:
         if idx.min() < 0 or idx.max() >= n:
             bad = idx[(idx < 0) | (idx >= n)][0]
             raise IndexError(f"row {bad} is out of range for a dataset of {n} rows")
-        order, groups = _group(idx, self._starts)
-        if order is None:  # one shard: Arrow's take keeps the order
-            k, local = groups[0]
-            return pa.Table.from_batches([self._shard(k).take(local)])
-        parts = [(self._shard(k), local) for k, local in groups]
+        shard = np.searchsorted(self._starts, idx, side="right") - 1
+        first = int(shard[0])
+        if (shard == first).all():  # one shard: Arrow's take keeps the order
+            return pa.Table.from_batches([self._shard(first).take(idx - self._starts[first])])
+        order = np.argsort(shard, kind="stable")
+        sorted_shard, local = shard[order], idx[order] - self._starts[shard[order]]
+        cuts = (np.flatnonzero(sorted_shard[1:] != sorted_shard[:-1]) + 1).tolist()
+        bounds = [0, *cuts, len(idx)]
+        parts = [(self._shard(int(sorted_shard[a])), local[a:b])
+                 for a, b in itertools.pairwise(bounds)]
         inverse = _inverse(order)
         if len(idx) <= _GATHER_MAX_ROWS and all(s.leaves is not None for s, _ in parts):
             return pa.Table.from_batches([_gather(self.schema, parts, inverse)])
