@@ -29,6 +29,8 @@ class VerifyReport:
     shards: int = 0
     problems: list[str] = field(default_factory=list)
     rejects: VerifyReport | None = None
+    #: rows per ``reason``, counted in the same pass, when the dataset has that column
+    reasons: Counter[str] = field(default_factory=Counter)
 
     @property
     def ok(self) -> bool:
@@ -63,8 +65,8 @@ def verify_dataset(
             report.problems.append(str(exc))
         else:
             report.rejects = _verify_one(rejects_path, rejects_manifest, seen, on_shard)
-            by_reason = _reason_counts(rejects_path, rejects_manifest)
-            if by_reason is not None and by_reason != manifest.rejects:
+            by_reason = dict(sorted(report.rejects.reasons.items()))
+            if report.rejects.ok and by_reason != manifest.rejects:
                 report.problems.append(
                     f"manifest rejects {manifest.rejects} but {rejects_path} holds {by_reason}")
             total = report.rows + report.rejects.rows
@@ -111,6 +113,9 @@ def _verify_one(root: Path, manifest: Manifest, seen: np.ndarray,
             continue
         report.problems += [f"{where} {p}" for p in problems]
         report.rows += table.num_rows
+        if REASON in table.schema.names:
+            for item in pc.value_counts(table.column(REASON)).to_pylist():
+                report.reasons[item["values"]] += item["counts"]
     return report
 
 
@@ -136,21 +141,3 @@ def _check_table(table: pa.Table, manifest: Manifest, rows: int, first_id: int |
         problems.append(f"{repeated} row id(s) appear more than once in the dataset")
     seen[ids] = True
     return problems
-
-
-def _reason_counts(root: Path, manifest: Manifest) -> dict[str, int] | None:
-    if REASON not in manifest.schema.names:
-        return None
-    counts: Counter[str] = Counter()
-    for shard in manifest.shards:
-        path = root / shard.file
-        if not path.is_file():
-            return None
-        try:
-            with pa.memory_map(str(path)) as source:
-                column = pa.ipc.open_file(source).read_all().column(REASON)
-                for item in pc.value_counts(column).to_pylist():
-                    counts[item["values"]] += item["counts"]
-        except (OSError, pa.ArrowInvalid):
-            return None
-    return dict(sorted(counts.items()))
