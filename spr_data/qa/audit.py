@@ -120,10 +120,10 @@ def _check_accounting(ds: Dataset) -> dict[str, Any]:
     stages = []
     problems: list[str] = []
     current: Dataset | None = ds
+    kept = _all_ids(ds)
     while current is not None:
         lineage = current.manifest.lineage
         rejects = current.rejects
-        kept = _all_ids(current)
         rejected = _all_ids(rejects) if rejects is not None else np.zeros(0, dtype=np.uint64)
         out = np.concatenate([kept, rejected])
         parent_info = lineage.get("parent")
@@ -147,7 +147,7 @@ def _check_accounting(ds: Dataset) -> dict[str, Any]:
                             f"{len(expected)} ids in, {len(kept)} kept + {len(rejected)} "
                             f"rejected, {len(out) - len(distinct_out)} repeated; the id sets "
                             "differ")
-        current = parent
+        current, kept = parent, expected  # the parent's rows were just read
     return {"ok": not problems, "stages": stages, "problems": problems}
 
 
