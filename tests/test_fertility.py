@@ -98,6 +98,51 @@ def test_tiktoken_ranks_files_load(corpora: Path):
     assert sum(map(len, llama4.encode(text))) < sum(map(len, llama3.encode(text)))
 
 
+def test_gpt2_style_bpe_runs_through_tiktoken_with_the_libraries_ids(corpora: Path):
+    from tokenizers import ByteLevelBPETokenizer
+
+    tokenizers = corpora / "tokenizers"
+    gpt2 = load_tokenizer(str(tokenizers / "gpt2-vocab.json"))
+    bpe = ByteLevelBPETokenizer(str(tokenizers / "gpt2-vocab.json"),
+                                str(tokenizers / "gpt2-merges.txt"))
+    texts = [t for lang in FILES for t in lines(ntrex(corpora, lang))[:400]]
+    texts += ["  two  spaces, tabs\tand 'quotes' don't", "digits 1234567 ৳৫০০", "\u00a0nbsp"]
+    assert gpt2._twin is not None
+    assert gpt2.encode(texts) == [bpe.encode(t).ids for t in texts]
+    assert gpt2._twin is not None  # the check on the first batch passed
+
+
+def test_a_tokenizer_that_is_not_plain_gpt2_keeps_the_hf_encoder(tmp_path: Path, corpora: Path):
+    from tokenizers import Tokenizer as HF
+    from tokenizers import models, pre_tokenizers
+
+    tokenizers = corpora / "tokenizers"
+    hf = HF(models.BPE.from_file(str(tokenizers / "gpt2-vocab.json"),
+                                 str(tokenizers / "gpt2-merges.txt")))
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    hf.save(str(tmp_path / "tokenizer.json"))
+    prefixed = load_tokenizer(str(tmp_path / "tokenizer.json"))
+    assert prefixed._twin is None
+    assert prefixed.encode(["Hello world"]) == [hf.encode("Hello world").ids]
+
+
+def test_added_tokens_in_text_go_through_the_hf_encoder(tmp_path: Path, corpora: Path):
+    from tokenizers import Tokenizer as HF
+    from tokenizers import models, pre_tokenizers
+
+    tokenizers = corpora / "tokenizers"
+    hf = HF(models.BPE.from_file(str(tokenizers / "gpt2-vocab.json"),
+                                 str(tokenizers / "gpt2-merges.txt")))
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.add_special_tokens(["<|endoftext|>"])
+    hf.save(str(tmp_path / "tokenizer.json"))
+    tok = load_tokenizer(str(tmp_path / "tokenizer.json"))
+    texts = ["one<|endoftext|>two", "plain text"]
+    assert tok._twin is not None
+    assert tok.encode(texts) == [hf.encode(t, add_special_tokens=False).ids for t in texts]
+    assert tok.encode(texts)[0][1] == 50256
+
+
 def test_cli_writes_json_and_markdown_and_strict_fails(corpora: Path, tmp_path: Path):
     result = run_cli("fertility-report", ntrex(corpora, "en"), ntrex(corpora, "hi"),
                      "-t", corpora / "tokenizers/gpt2-vocab.json", "--sample", "300",

@@ -15,6 +15,7 @@ import itertools
 import random
 import unicodedata
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,8 +203,11 @@ def fertility_report(sources: list[TextSource], tokenizers: list[Tokenizer], *,
                      dtype=object)
     ref = normalize_lang(reference)
     report: dict[str, Any] = {"tokenizers": {}, "warnings": [], "reference": ref}
-    for tok in tokenizers:
-        per_source = [_count(s.texts, tok) for s in sources]
+    # SentencePiece and HF release the GIL while they encode: one tokenizer's Python-side
+    # work overlaps another's native work
+    with ThreadPoolExecutor(2) as pool:
+        counted = list(pool.map(lambda tok: [_count(s.texts, tok) for s in sources], tokenizers))
+    for tok, per_source in zip(tokenizers, counted, strict=True):
         counts = _Counts(*(np.concatenate([getattr(c, f) for c in per_source])
                            for f in _Counts.__dataclass_fields__))
         total_chars, total_tokens = int(counts.chars.sum()), int(counts.tokens.sum())
