@@ -65,7 +65,8 @@ class Tokenizer:
         byte_level = self.kind == "hf" and "ByteLevel" in self.encoder.to_str()
         self._byte_level_table = ({ord(c): b for c, b in _byte_decoder().items()}
                                   if byte_level else None)
-        self._twin = _tiktoken_twin(self.encoder) if byte_level else None
+        self._twin: tuple[Any, re.Pattern[str] | None] | None = (
+            _tiktoken_twin(self.encoder) if byte_level else None)
         self._twin_checked = False
 
     def pretokens(self, texts: Sequence[str]) -> list[str] | None:
@@ -102,6 +103,7 @@ class Tokenizer:
         """GPT-2 style byte-level BPE through tiktoken: the same ids, ~5x faster than the HF
         library, whose regex pre-tokenizer is most of its time on non-Latin text. The first
         batch is encoded both ways; any difference and the HF encoder is used from then on."""
+        assert self._twin is not None
         encoding, added = self._twin
         ids = [self.encoder.encode(t, add_special_tokens=False).ids
                if added is not None and added.search(t) else encoding.encode_ordinary(t)
