@@ -185,6 +185,36 @@ def clean(
                           f"details in {out / 'report.json'}")
 
 
+@app.command()
+@_reports_errors
+def tokenize(
+    dataset: Annotated[Path, typer.Argument(help="Dataset directory to tokenize.")],
+    tokenizer: Annotated[str, typer.Option(
+        "--tokenizer", "-t", help="[NAME=]PATH of a SentencePiece .model, HF tokenizer.json, "
+        "GPT-2 vocab.json (merges.txt beside it) or tiktoken ranks file.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the output.")],
+    workers: Annotated[int | None, typer.Option(
+        "--workers", min=1, help="Worker processes (default: all cores).")] = None,
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="Replace an existing output or an unfinished run.")] = False,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Add token-id columns (src_ids/tgt_ids or text_ids) for training."""
+    from spr_data.pipeline.tokenize import tokenize as run_tokenize
+
+    with console.progress_steps(enabled=not quiet) as progress:
+        report = run_tokenize(dataset, out, tokenizer=tokenizer, workers=workers,
+                              overwrite=overwrite, on_progress=progress)
+    if as_json:
+        console.print_json(report.to_json())
+        return
+    tokens = ", ".join(f"{name} {count:,}" for name, count in report.tokens.items())
+    console.out.print(f"[bold]{out}[/]: {report.rows:,} rows tokenized with "
+                      f"{report.tokenizer['name']} ({report.id_type} ids; {tokens} tokens); "
+                      f"{report.seconds:.1f} s")
+
+
 @app.command("fertility-report")
 @_reports_errors
 def fertility_report(
@@ -320,30 +350,61 @@ def audit(
     world_size: Annotated[int | None, typer.Option(
         "--world-size", min=1, help="Replay spr-data's epoch order over W ranks.")] = None,
     workers: Annotated[int, typer.Option("--workers", min=0, help="Loader workers.")] = 0,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Batch size.")] = 1,
+    batch_size: Annotated[int | None, typer.Option(
+        "--batch-size", min=1, help="Rows per batch (with --max-tokens: at most).")] = None,
+    max_tokens: Annotated[int | None, typer.Option(
+        "--max-tokens", min=1, help="Token budget per batch (needs token-id columns).")] = None,
+    wrap: Annotated[bool, typer.Option(
+        "--wrap", help="Replay wrap-around of the last steps instead of dropping them.")] = False,
     seed: Annotated[int, typer.Option("--seed", help="Shuffle seed.")] = 0,
     epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to replay.")] = 1,
     as_json: JsonOption = False,
 ) -> None:
-    """Integrity, accounting through the lineage, distinct content, epoch replay, and a
-    loader's coverage."""
+    """Integrity, accounting through the lineage, distinct content, epoch replay (with
+    --world-size, --batch-size or --max-tokens), and a loader's coverage (--ids-log)."""
     from spr_data.qa.audit import Replay, audit_dataset
 
-    replay = (Replay(world_size=world_size, workers=workers, batch_size=batch_size, seed=seed,
-                     epochs=epochs) if world_size is not None else None)
+    replay = None
+    if world_size is not None or batch_size is not None or max_tokens is not None:
+        replay = Replay(world_size=world_size or 1, workers=workers,
+                        batch_size=batch_size if batch_size or max_tokens else 1,
+                        max_tokens=max_tokens, seed=seed, epochs=epochs,
+                        drop_remainder=not wrap)
     report = audit_dataset(dataset, ids_log=ids_log, min_distinct=min_distinct, replay=replay)
     if as_json:
         console.print_json(report.to_json())
     else:
         for name, check in report.checks.items():
             mark = "[green]ok[/]  " if check["ok"] else "[red]FAIL[/]"
-            console.out.print(f"{mark} {name}")
+            console.out.print(f"{mark} {name:<13} {_audit_figures(name, check)}", soft_wrap=True)
             for problem in check.get("problems", []):
                 console.out.print(f"      {problem}", soft_wrap=True)
         verdict = "[green]PASS[/]" if report.ok else "[red]FAIL[/]"
         console.out.print(f"{verdict}: {dataset}")
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _audit_figures(name: str, check: dict[str, Any]) -> str:
+    """One line of the figures behind an audit check's verdict."""
+    if name == "integrity":
+        return f"{check['rows']:,} rows in {check['shards']} shards"
+    if name == "accounting":
+        return " ← ".join(f"{s['stage']} {s['rows_in']:,} in = {s['kept']:,} kept + "
+                          f"{s['rejected']:,} rejected" for s in check["stages"])
+    if name == "content":
+        return f"{check['distinct_content']:,} distinct of {check['rows']:,} rows"
+    if name in ("epoch_replay", "ids_log"):
+        parts = []
+        for e in check["epochs"]:
+            text = (f"epoch {e['epoch']}: {e['distinct_rows']:,} distinct, "
+                    f"{e['repeats']:,} repeats, {e['missed']:,} missed")
+            if "batches_per_rank" in e:
+                per_rank = sorted(set(e["batches_per_rank"]))
+                text += f", {'/'.join(map(str, per_rank))} batches per rank"
+            parts.append(text)
+        return "; ".join(parts)
+    return ""
 
 
 @app.command()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spr_data.errors import DatasetError
 from spr_data.manifest import Manifest, read_manifest
@@ -44,6 +45,14 @@ class _Leaf:
         if pa.types.is_primitive(t) and not pa.types.is_boolean(t):
             self.values = np.frombuffer(buffers[1], dtype=t.to_pandas_dtype(), count=len(arr),
                                         offset=arr.offset * (t.bit_width // 8))
+        elif pa.types.is_list(t):  # token ids: offsets count elements; slices of a typed view
+            self.offsets = np.frombuffer(buffers[1], dtype=np.int32, count=len(arr) + 1,
+                                         offset=arr.offset * 4)
+            values = arr.values
+            typed = np.frombuffer(values.buffers()[1], dtype=values.type.to_pandas_dtype(),
+                                  count=len(values),
+                                  offset=values.offset * (values.type.bit_width // 8))
+            self.data = memoryview(typed)  # type: ignore[arg-type]
         else:
             width = np.int64 if (pa.types.is_large_string(t) or pa.types.is_large_binary(t)) \
                 else np.int32
@@ -55,8 +64,25 @@ class _Leaf:
 def _gatherable(t: pa.DataType) -> bool:
     if pa.types.is_struct(t):
         return all(_gatherable(t.field(i).type) for i in range(t.num_fields))
-    return (pa.types.is_primitive(t) and not pa.types.is_boolean(t)) or pa.types.is_string(t) \
+    if pa.types.is_list(t):
+        return _numeric(t.value_type)
+    return _numeric(t) or pa.types.is_string(t) \
         or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t)
+
+
+def _numeric(t: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t))
+
+
+def _leaf_count(t: pa.DataType) -> int:
+    if pa.types.is_struct(t):
+        return sum(_leaf_count(t.field(i).type) for i in range(t.num_fields))
+    return 1
+
+
+def _leaf_index(schema: pa.Schema, column: int) -> int:
+    """Index of column ``column``'s first leaf among a shard's leaves."""
+    return sum(_leaf_count(schema.field(i).type) for i in range(column))
 
 
 def _leaves(arr: pa.Array) -> list[_Leaf]:
@@ -119,6 +145,8 @@ def _row_reader(schema: pa.Schema, leaves: list[_Leaf]) -> Callable[[int], dict[
         assert offsets is not None and data is not None  # noqa: S101 - var-width leaf
         if pa.types.is_string(t) or pa.types.is_large_string(t):
             return lambda i: str(data[offsets[i]:offsets[i + 1]], "utf-8")
+        if pa.types.is_list(t):
+            return lambda i: data[offsets[i]:offsets[i + 1]].tolist()
         return lambda i: bytes(data[offsets[i]:offsets[i + 1]])
 
     getters = [(f.name, compile_type(f.type)) for f in schema]
@@ -187,6 +215,10 @@ def _gather(schema: pa.Schema, parts: list[tuple[_Shard, np.ndarray]],
         if isinstance(leaf, np.ndarray):
             return pa.array(leaf, type=t)
         offsets, data = leaf
+        if pa.types.is_list(t):
+            values = pa.Array.from_buffers(t.value_type, int(offsets[-1]),
+                                           [None, pa.py_buffer(data)])
+            return pa.Array.from_buffers(t, n, [None, pa.py_buffer(offsets)], children=[values])
         return pa.Array.from_buffers(t, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
     return pa.RecordBatch.from_arrays([build(f.type) for f in schema], schema=schema)
@@ -268,6 +300,30 @@ class Dataset:
             return pa.Table.from_batches([_gather(self.schema, parts, inverse)])
         batch = pa.concat_batches([s.take(rows) for s, rows in parts])
         return pa.Table.from_batches([batch.take(pa.array(inverse))])
+
+    def list_lengths(self, column: str, indices: np.ndarray) -> np.ndarray:
+        """Lengths of the list column ``column`` (token ids) at rows ``indices``, read from
+        the shards' offsets alone (no values are touched)."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        out = np.zeros(len(idx), dtype=np.int64)
+        if not idx.size:
+            return out
+        j = self.schema.get_field_index(column)
+        if j < 0 or not pa.types.is_list(self.schema.field(j).type):
+            raise DatasetError(f"{self.path} has no token-id list column {column!r}")
+        shard = np.searchsorted(self._starts, idx, side="right") - 1
+        for k in np.unique(shard).tolist():
+            here = shard == k
+            s = self._shard(k)
+            local = idx[here] - self._starts[k]
+            if s.leaves is not None:
+                offsets = s.leaves[_leaf_index(self.schema, j)].offsets
+                assert offsets is not None  # noqa: S101 - a list leaf
+                out[here] = offsets[local + 1] - offsets[local]
+            else:
+                lengths = pc.list_value_length(s.take(local).column(j))
+                out[here] = lengths.to_numpy(zero_copy_only=False)
+        return out
 
     def iter_batches(self, batch_size: int = 65536) -> Iterator[pa.RecordBatch]:
         """All rows in order, as zero-copy record batches of at most ``batch_size`` rows."""

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from spr_data.errors import OutputError
-from spr_data.fsio import TMP_SUFFIX, os_error_message
+from spr_data.fsio import TMP_SUFFIX, atomic_write_bytes, os_error_message
 from spr_data.manifest import MANIFEST_NAME
 
-__all__ = ["REJECTS_DIR", "WORK_DIR", "is_stage_output", "prepare_output", "remove_outputs"]
+__all__ = [
+    "REJECTS_DIR",
+    "WORK_DIR",
+    "check_run",
+    "is_stage_output",
+    "prepare_output",
+    "remove_outputs",
+]
 
 REJECTS_DIR = "rejects"
 WORK_DIR = ".work"
@@ -65,3 +74,20 @@ def remove_outputs(out: Path, *, created: bool) -> None:
             shutil.rmtree(p, ignore_errors=True)
         else:
             p.unlink(missing_ok=True)
+
+
+def check_run(work: Path, identity: dict[str, Any], *, overwrite: bool) -> None:
+    """Record what a resumable run is (inputs, options, version) in ``work/run.json``, or check
+    that the unfinished run found there is the same one: resuming another run's work files
+    would mix two outputs."""
+    run_file = work / "run.json"
+    if run_file.exists() and not overwrite:
+        found = json.loads(run_file.read_text())
+        for key, expected in identity.items():
+            if found.get(key) != expected:
+                raise OutputError(
+                    f"{work.parent} holds an unfinished run with another {key} (expected "
+                    f"{expected}, found {found.get(key)}); pass --overwrite to start over")
+        return
+    work.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(run_file, json.dumps(identity, indent=2).encode())

@@ -96,15 +96,14 @@ class Tokenizer:
         if self.kind == "tiktoken":  # its batch call runs a thread pool: 4x slower here
             return list(map(self.encoder.encode_ordinary, texts))
         if self._twin is not None:
-            return self._encode_twin(texts)
+            return self._encode_twin(texts, *self._twin)
         return [e.ids for e in self.encoder.encode_batch(texts, add_special_tokens=False)]
 
-    def _encode_twin(self, texts: list[str]) -> list[list[int]]:
+    def _encode_twin(self, texts: list[str], encoding: Any,
+                     added: re.Pattern[str] | None) -> list[list[int]]:
         """GPT-2 style byte-level BPE through tiktoken: the same ids, ~5x faster than the HF
         library, whose regex pre-tokenizer is most of its time on non-Latin text. The first
         batch is encoded both ways; any difference and the HF encoder is used from then on."""
-        assert self._twin is not None
-        encoding, added = self._twin
         ids = [self.encoder.encode(t, add_special_tokens=False).ids
                if added is not None and added.search(t) else encoding.encode_ordinary(t)
                for t in texts]

@@ -123,3 +123,32 @@ def test_epoch_replay_of_spr_data_order(multi30k: Path):
     assert first["missed"] == first["dropped_by_design"] < 3 * 64
     result = run_cli("audit", multi30k, "--world-size", "2", "--batch-size", "100", "--json")
     assert result.exit_code == 0 and json.loads(result.stdout)["epoch_replay"]["ok"]
+
+
+def test_token_budget_replay_matches_what_the_iterator_yields(multi30k: Path, corpora: Path,
+                                                              tmp_path: Path):
+    from spr_data.pipeline.tokenize import tokenize
+
+    tokenize(multi30k, tmp_path / "tok", workers=1,
+             tokenizer=str(corpora / "tokenizers/llama2_tokenizer.model"))
+    result = run_cli("audit", tmp_path / "tok", "--world-size", "3", "--workers", "2",
+                     "--max-tokens", "1500", "--seed", "5", "--epochs", "2", "--json")
+    assert result.exit_code == 0, result.stdout
+    replay = json.loads(result.stdout)["epoch_replay"]
+    first = replay["epochs"][1]
+    assert replay["ok"] and replay["max_tokens"] == 1500
+    assert first["distinct_rows"] + first["missed"] == 29000
+    torch_data = pytest.importorskip("spr_data.pipeline.torch_data")
+    yielded = []
+    for rank in range(3):
+        ds = torch_data.SprIterableDataset(tmp_path / "tok", max_tokens=1500, seed=5,
+                                           world_size=3, rank=rank)
+        ds.set_epoch(1)
+        batches = list(ds)
+        assert len(batches) == first["batches_per_rank"][rank]
+        yielded += [i for b in batches for i in b["ids"].tolist()]
+    assert len(set(yielded)) == first["distinct_rows"] and len(yielded) == len(set(yielded))
+    text = run_cli("audit", tmp_path / "tok", "--max-tokens", "1500")
+    assert text.exit_code == 0 and "batches per rank" in text.stdout
+    untokenized = run_cli("audit", multi30k, "--max-tokens", "1500")
+    assert untokenized.exit_code == 2 and "spr-data tokenize" in untokenized.stderr

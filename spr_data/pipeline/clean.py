@@ -15,7 +15,6 @@ The manifest is written last; ``.work`` is removed once it is.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import time
@@ -32,10 +31,16 @@ import pyarrow.compute as pc
 
 from spr_data._version import __version__
 from spr_data.dataset import Dataset, open_dataset
-from spr_data.errors import DatasetError, InputError, OutputError, SprDataError
-from spr_data.fsio import TMP_SUFFIX, atomic_write_bytes
+from spr_data.errors import DatasetError, InputError, SprDataError
+from spr_data.fsio import TMP_SUFFIX, atomic_write_bytes, sha256_file
 from spr_data.manifest import MANIFEST_NAME, Manifest, ShardInfo, write_manifest
-from spr_data.outdir import REJECTS_DIR, WORK_DIR, prepare_output, remove_outputs
+from spr_data.outdir import (
+    REJECTS_DIR,
+    WORK_DIR,
+    check_run,
+    prepare_output,
+    remove_outputs,
+)
 from spr_data.pipeline.executor import LocalExecutor
 from spr_data.pipeline.stage import Stage
 from spr_data.recipe import Recipe, load_recipe
@@ -368,24 +373,6 @@ def read_quarantine(path: str | Path) -> np.ndarray:
     return np.unique(np.asarray(ids, dtype=np.uint64))
 
 
-def _file_digest(path: Path) -> str:
-    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _check_run(work: Path, identity: dict[str, Any], overwrite: bool) -> None:
-    run_file = work / "run.json"
-    if run_file.exists() and not overwrite:
-        found = json.loads(run_file.read_text())
-        for key, expected in identity.items():
-            if found.get(key) != expected:
-                raise OutputError(
-                    f"{work.parent} holds an unfinished run with another {key} (expected "
-                    f"{expected}, found {found.get(key)}); pass --overwrite to start over")
-        return
-    work.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(run_file, json.dumps(identity, indent=2).encode())
-
-
 def _global_dedup(work: Path, recipe: Recipe, scored: list[Path]) -> Path | None:
     if "dedup" not in recipe.stages:
         return None
@@ -515,15 +502,15 @@ def clean(
         raise InputError("--out must differ from the input dataset")
     quarantine_ids = read_quarantine(quarantine) if quarantine is not None else None
     identity = {
-        "input": _file_digest(source.path / MANIFEST_NAME),
+        "input": sha256_file(source.path / MANIFEST_NAME),
         "recipe": resolved.digest,
-        "quarantine": None if quarantine is None else _file_digest(Path(quarantine)),
+        "quarantine": None if quarantine is None else sha256_file(Path(quarantine)),
         "tool_version": __version__,
     }
     created = prepare_output(out, overwrite=overwrite, resume=True)
     work = out / WORK_DIR
     try:
-        _check_run(work, identity, overwrite)
+        check_run(work, identity, overwrite=overwrite)
         (out / REJECTS_DIR).mkdir(exist_ok=True)
         quarantine_path = None
         if quarantine_ids is not None:
@@ -612,7 +599,7 @@ def _finish(source: Dataset, out: Path, work: Path, recipe: Recipe,
         "stage": "clean", "tool": "spr-data", "version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "parent": {"path": str(source.path),
-                   "manifest_sha256": _file_digest(source.path / MANIFEST_NAME),
+                   "manifest_sha256": sha256_file(source.path / MANIFEST_NAME),
                    "rows": rows_in},
         "recipe": recipe.to_json(), "recipe_hash": recipe.digest,
         "options": {"workers": workers},

@@ -10,15 +10,23 @@ GPUs and still see each remaining row once.
 and each rank's batches to its DataLoader workers round-robin; every rank gets the same
 number of batches (the remainder is dropped, or wrapped around from the start of the epoch
 with the repeated rows reported). The training iterator and ``audit``'s replay both use these.
+
+``token_plan(n, sizes_of, max_tokens=T, ...)`` batches by a token budget instead: the epoch
+order is cut into windows of ``window`` positions; inside a window rows are sorted by size
+(length bucketing: little padding) and packed greedily into batches of at most ``T`` padded
+tokens, whose order is then shuffled inside the window. Batch ``k`` of the epoch goes to rank
+``k % world_size``. Only each window's batch count is kept; a window's batches are rebuilt
+from the sizes when a worker reaches it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-__all__ = ["EpochPlan", "epoch_order", "plan"]
+__all__ = ["EpochPlan", "TokenPlan", "epoch_order", "plan", "token_plan"]
 
 _ROUNDS = 6
 
@@ -97,9 +105,11 @@ class EpochPlan:
         """Positions read twice because the last batches wrap around (wrap mode)."""
         return max(0, self.rows_per_rank * self.world_size - self.n)
 
-    def batch_positions(self, rank: int, batch: int) -> np.ndarray:
-        """Global positions (in the epoch order) of a rank's ``batch``-th batch."""
-        local = batch * self.batch_size + np.arange(self.batch_size, dtype=np.int64)
+    def batch_positions(self, rank: int, batch: int | np.ndarray) -> np.ndarray:
+        """Global positions (in the epoch order) of a rank's ``batch``-th batch; for an array
+        of batch numbers, their positions one batch after another."""
+        first = np.asarray(batch, dtype=np.int64).reshape(-1, 1) * self.batch_size
+        local = (first + np.arange(self.batch_size, dtype=np.int64)).reshape(-1)
         return (local * self.world_size + rank) % max(self.n, 1)
 
     def worker_batches(self, worker: int) -> range:
@@ -113,3 +123,125 @@ def plan(n: int, *, world_size: int = 1, batch_size: int = 1, workers: int = 0,
     if world_size < 1 or batch_size < 1 or workers < 0:
         raise ValueError("world_size and batch_size must be ≥ 1 and workers ≥ 0")
     return EpochPlan(n, world_size, batch_size, max(workers, 1), drop_remainder)
+
+
+SizesOf = Callable[[np.ndarray], np.ndarray]
+#: positions per bucketing window: big enough that sorting by size leaves little padding,
+#: small enough that a window's rows and sizes stay well under a megabyte
+DEFAULT_WINDOW = 32_768
+
+
+@dataclass(frozen=True, eq=False)
+class TokenPlan:
+    """An epoch of ``n`` rows in batches of at most ``max_tokens`` padded tokens (rows × the
+    longest row; a row longer than the budget gets a batch of its own), ``max_rows`` at most.
+
+    ``window_ends[w]`` is the number of batches in windows ``0..w``; everything else is
+    recomputed from ``sizes_of(rows)`` (the size of each row: its longest token sequence).
+    """
+
+    n: int
+    world_size: int
+    workers: int
+    drop_remainder: bool
+    max_tokens: int
+    max_rows: int | None
+    window: int
+    seed: int
+    epoch: int
+    window_ends: np.ndarray
+    sizes_of: SizesOf
+    _cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(
+        default_factory=dict, repr=False)
+
+    @property
+    def total_batches(self) -> int:
+        return int(self.window_ends[-1]) if len(self.window_ends) else 0
+
+    @property
+    def batches_per_rank(self) -> int:
+        if self.drop_remainder:
+            return self.total_batches // self.world_size
+        return -(-self.total_batches // self.world_size)
+
+    @property
+    def dropped_batches(self) -> range:
+        """Batches of the epoch no rank reads (drop mode): the last ``total % world`` ones."""
+        return range(self.batches_per_rank * self.world_size, self.total_batches)
+
+    @property
+    def repeated_batches(self) -> list[int]:
+        """Batches read once more because the last steps wrap around (wrap mode)."""
+        return [k % self.total_batches
+                for k in range(self.total_batches, self.batches_per_rank * self.world_size)]
+
+    def global_batch(self, rank: int, batch: int) -> int:
+        """The epoch's batch number of a rank's ``batch``-th batch."""
+        return (batch * self.world_size + rank) % max(self.total_batches, 1)
+
+    def worker_batches(self, worker: int) -> range:
+        return range(worker, self.batches_per_rank, self.workers)
+
+    def batch_rows(self, rank: int, batch: int) -> np.ndarray:
+        """Row indices of a rank's ``batch``-th batch, shortest first."""
+        return self.rows_of(self.global_batch(rank, batch))
+
+    def rows_of(self, k: int) -> np.ndarray:
+        """Row indices of the epoch's batch ``k``."""
+        w = int(np.searchsorted(self.window_ends, k, side="right"))
+        rows, starts, order = self._window(w)
+        j = int(order[k - (int(self.window_ends[w - 1]) if w else 0)])
+        return rows[starts[j]:starts[j + 1]]
+
+    def _window(self, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Window ``w``'s rows sorted by size, its batches' bounds, and the batches' order."""
+        if w not in self._cache:
+            rows, starts = _pack_window(self, w)
+            order = epoch_order(len(starts) - 1, _window_seed(self.seed, w), self.epoch,
+                                np.arange(len(starts) - 1))
+            self._cache.clear()  # one window at a time: workers walk the epoch in order
+            self._cache[w] = (rows, starts, order)
+        return self._cache[w]
+
+
+def _window_seed(seed: int, window: int) -> int:
+    return (seed * 0x9E3779B1 + window + 1) & 0xFFFFFFFFFFFFFFFF
+
+
+def _pack_window(p: TokenPlan, w: int) -> tuple[np.ndarray, np.ndarray]:
+    positions = np.arange(w * p.window, min(p.n, (w + 1) * p.window), dtype=np.int64)
+    rows = epoch_order(p.n, p.seed, p.epoch, positions)
+    sizes = np.maximum(np.asarray(p.sizes_of(rows), dtype=np.int64), 1)
+    by_size = np.argsort(sizes, kind="stable")
+    rows, sizes = rows[by_size], sizes[by_size]
+    return rows, _pack(sizes, p.max_tokens, p.max_rows)
+
+
+def _pack(sizes: np.ndarray, max_tokens: int, max_rows: int | None) -> np.ndarray:
+    """Greedy cuts of ascending ``sizes`` into batches with count × largest ≤ ``max_tokens``;
+    returns the batches' bounds (``len + 1`` values)."""
+    m = len(sizes)
+    cap = max_rows or m
+    starts = [0]
+    i = 0
+    while i < m:
+        j = min(m, i + min(cap, max(1, max_tokens // int(sizes[i]))))
+        while j - i > 1 and (j - i) * int(sizes[j - 1]) > max_tokens:
+            j = i + max(1, max_tokens // int(sizes[j - 1]))
+        starts.append(j)
+        i = j
+    return np.asarray(starts, dtype=np.int64)
+
+
+def token_plan(n: int, sizes_of: SizesOf, *, max_tokens: int, seed: int = 0, epoch: int = 0,
+               world_size: int = 1, workers: int = 0, drop_remainder: bool = True,
+               max_rows: int | None = None, window: int = DEFAULT_WINDOW) -> TokenPlan:
+    """Plan an epoch of ``n`` rows in token-budget batches (reads every row's size once)."""
+    if world_size < 1 or workers < 0 or max_tokens < 1 or window < 1 \
+            or (max_rows is not None and max_rows < 1):
+        raise ValueError("world_size, max_tokens, window and max_rows must be ≥ 1, "
+                         "workers ≥ 0")
+    p = TokenPlan(n, world_size, max(workers, 1), drop_remainder, max_tokens, max_rows, window,
+                  seed, epoch, np.zeros(0, dtype=np.int64), sizes_of)
+    counts = [len(_pack_window(p, w)[1]) - 1 for w in range(-(-n // window))]
+    return replace(p, window_ends=np.cumsum(counts, dtype=np.int64), _cache={})

@@ -10,6 +10,7 @@ ranks or workers. Each batch carries the row ids it holds. Use it with
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,19 @@ from torch.utils.data import IterableDataset, get_worker_info
 from spr_data.dataset import Dataset, open_dataset
 from spr_data.errors import InputError
 from spr_data.manifest import MANIFEST_NAME
-from spr_data.pipeline.order import EpochPlan, epoch_order, plan
+from spr_data.pipeline.order import (
+    DEFAULT_WINDOW,
+    EpochPlan,
+    TokenPlan,
+    epoch_order,
+    plan,
+    token_plan,
+)
+from spr_data.pipeline.tokenize import id_column, row_sizes
+from spr_data.schema import text_columns
+from spr_data.tokenizers import Tokenizer, load_tokenizer
 
-__all__ = ["CoverageMonitor", "SprIterableDataset", "SprMapDataset"]
+__all__ = ["CoverageMonitor", "SprIterableDataset", "SprMapDataset", "pad", "to_device"]
 
 
 def _world() -> tuple[int, int]:
@@ -33,39 +44,72 @@ def _world() -> tuple[int, int]:
 
 
 class SprIterableDataset(IterableDataset[dict[str, Any]]):
-    """Batches of ``batch_size`` rows: ``{"ids": LongTensor, "batch": int, column: list}``.
+    """Whole batches of an epoch, for ``DataLoader(ds, batch_size=None, num_workers=K)``.
 
-    ``world_size``/``rank`` default to ``torch.distributed``'s (or 1/0). ``state_dict(n)``
-    after a training loop has consumed ``n`` batches of the epoch, and ``load_state_dict`` in
-    a new run, continue with exactly the batches an uninterrupted run would have produced.
+    A batch is ``{"ids": LongTensor[B], "batch": int, ...}``: for each token-id column
+    ``c_ids`` (from ``spr-data tokenize``, or made on the fly from text with ``tokenizer``) a
+    padded ``LongTensor[B, L]`` ``c_ids`` and a bool ``c_mask``; text columns asked for in
+    ``columns`` come as lists of strings. Batches are ``batch_size`` rows, or with
+    ``max_tokens`` at most that many padded tokens (rows × longest row; length-bucketed inside
+    windows of ``window`` positions; ``batch_size`` then caps the rows).
+
+    ``world_size``/``rank`` default to ``torch.distributed``'s (or 1/0). ``state_dict()``
+    (what torchdata's ``StatefulDataLoader`` calls, in each worker) or
+    ``state_dict(batches_done)`` (from a training loop that consumed that many batches of
+    this rank's epoch), then ``load_state_dict`` in a new run, continue with exactly the
+    batches an uninterrupted run would have produced.
     """
 
-    def __init__(self, path: str | Path, *, batch_size: int, seed: int = 0,
+    def __init__(self, path: str | Path, *, batch_size: int | None = None,
+                 max_tokens: int | None = None, seed: int = 0,
                  columns: list[str] | None = None, world_size: int | None = None,
-                 rank: int | None = None, drop_remainder: bool = True) -> None:
+                 rank: int | None = None, drop_remainder: bool = True,
+                 tokenizer: str | None = None, pad_id: int = 0,
+                 window: int = DEFAULT_WINDOW) -> None:
         super().__init__()
+        if batch_size is None and max_tokens is None:
+            raise InputError("give batch_size (rows per batch) or max_tokens (a token budget)")
         self.path = str(path)
         self.batch_size = batch_size
+        self.max_tokens = max_tokens
+        self.window = window
         self.seed = seed
         self.drop_remainder = drop_remainder
+        self.tokenizer = tokenizer
+        self.pad_id = pad_id
         default_world, default_rank = _world()
         self.world_size = world_size if world_size is not None else default_world
         self.rank = rank if rank is not None else default_rank
         if not 0 <= self.rank < self.world_size:
             raise InputError(f"rank {self.rank} is outside a world of {self.world_size}")
         dataset = open_dataset(self.path)
-        self.columns = columns or [f.name for f in dataset.schema if f.name != "id"]
+        names = [f.name for f in dataset.schema]
+        texts = list(text_columns(dataset.kind))  # type: ignore[arg-type]
+        self.token_columns = [id_column(c) for c in texts if id_column(c) in names] \
+            if tokenizer is None else [id_column(c) for c in texts]
+        if columns is None:
+            columns = [] if self.token_columns else texts
+        unknown = [c for c in columns if c not in names]
+        if unknown:
+            raise InputError(f"{self.path} has no column {unknown[0]!r} (it has "
+                             f"{', '.join(names)})")
+        self.columns = columns
+        if max_tokens is not None and (tokenizer is not None or not self.token_columns):
+            raise InputError("max_tokens needs token-id columns to size rows: run "
+                             "`spr-data tokenize` on the dataset first")
         self.rows = len(dataset)
         self.manifest_digest = "sha256:" + hashlib.sha256(
             (Path(self.path) / MANIFEST_NAME).read_bytes()).hexdigest()
         self.epoch = 0
         self._start_batch = 0
+        self._next_batch = 0
         self._dataset: Dataset | None = None
+        self._encoder: Tokenizer | None = None
+        self._plans: dict[tuple[int, int], EpochPlan | TokenPlan] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_dataset"] = None  # each worker maps the shards itself
-        return state
+        # each worker maps the shards and loads the tokenizer itself
+        return {**self.__dict__, "_dataset": None, "_encoder": None, "_plans": {}}
 
     def __len__(self) -> int:
         return self._plan(1).batches_per_rank
@@ -73,33 +117,79 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
     def set_epoch(self, epoch: int) -> None:
         """Start epoch ``epoch`` from its first batch (call before each epoch)."""
         self.epoch = epoch
-        self._start_batch = 0
+        self._start_batch = self._next_batch = 0
 
-    def _plan(self, workers: int) -> EpochPlan:
-        return plan(self.rows, world_size=self.world_size, batch_size=self.batch_size,
-                    workers=workers, drop_remainder=self.drop_remainder)
+    def _open(self) -> Dataset:
+        if self._dataset is None:  # opened in each worker process: memory maps do not pickle
+            self._dataset = open_dataset(self.path)
+        return self._dataset
+
+    def _plan(self, workers: int) -> EpochPlan | TokenPlan:
+        key = (self.epoch, workers)
+        if key not in self._plans:
+            if self.max_tokens is None:
+                assert self.batch_size is not None  # noqa: S101 - checked in __init__
+                self._plans = {key: plan(self.rows, world_size=self.world_size,
+                                         batch_size=self.batch_size, workers=workers,
+                                         drop_remainder=self.drop_remainder)}
+            else:
+                self._plans = {key: token_plan(
+                    self.rows, self.sizes_of, max_tokens=self.max_tokens, seed=self.seed,
+                    epoch=self.epoch, world_size=self.world_size, workers=workers,
+                    drop_remainder=self.drop_remainder, max_rows=self.batch_size,
+                    window=self.window)}
+        return self._plans[key]
+
+    def sizes_of(self, rows: np.ndarray) -> np.ndarray:
+        """The size of each row for the token budget: its longest token-id sequence."""
+        return row_sizes(self._open())(rows)
+
+    def batch_rows(self, batch: int, workers: int = 1) -> np.ndarray:
+        """Row indices of this rank's ``batch``-th batch of the current epoch."""
+        p = self._plan(workers)
+        if isinstance(p, TokenPlan):
+            return p.batch_rows(self.rank, batch)
+        return epoch_order(self.rows, self.seed, self.epoch, p.batch_positions(self.rank, batch))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
         workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
-        if self._dataset is None:  # opened in each worker process: memory maps do not pickle
-            self._dataset = open_dataset(self.path)
-        p = self._plan(workers)
-        for b in p.worker_batches(worker):
+        dataset = self._open()
+        if self.tokenizer is not None and self._encoder is None:
+            self._encoder = load_tokenizer(self.tokenizer)
+        for b in self._plan(workers).worker_batches(worker):
             if b < self._start_batch:
                 continue
-            rows = epoch_order(self.rows, self.seed, self.epoch, p.batch_positions(self.rank, b))
-            table = self._dataset.take(rows)
+            table = dataset.take(self.batch_rows(b, workers))
             batch: dict[str, Any] = {"ids": torch.from_numpy(
                 table.column("id").to_numpy().astype(np.int64)), "batch": b}
+            for name in self.token_columns:
+                if self._encoder is not None:
+                    ids = self._encoder.encode(table.column(name[:-4]).to_pylist())
+                    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+                    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64,
+                                       count=int(lengths.sum()))
+                else:
+                    column = table.column(name).combine_chunks()
+                    offsets = column.offsets.to_numpy()
+                    lengths = np.diff(offsets).astype(np.int64)
+                    flat = column.values.to_numpy()[offsets[0]:offsets[-1]]
+                batch[name], batch[name[:-4] + "_mask"] = pad(flat, lengths, self.pad_id)
             for column in self.columns:
                 batch[column] = table.column(column).to_pylist()
+            self._next_batch = b + workers  # this worker's next batch
             yield batch
 
-    def state_dict(self, batches_done: int) -> dict[str, Any]:
-        """The position after ``batches_done`` batches of this rank's epoch, O(1) in size."""
-        return {"epoch": self.epoch, "batches_done": batches_done, "seed": self.seed,
-                "batch_size": self.batch_size, "world_size": self.world_size,
+    def state_dict(self, batches_done: int | None = None) -> dict[str, Any]:
+        """The position after ``batches_done`` batches of this rank's epoch, O(1) in size.
+
+        Without ``batches_done`` (torchdata's ``StatefulDataLoader``, in each worker): the
+        position after the last batch this process yielded.
+        """
+        done = self._next_batch if batches_done is None else batches_done
+        return {"epoch": self.epoch, "batches_done": done, "seed": self.seed,
+                "batch_size": self.batch_size, "max_tokens": self.max_tokens,
+                "window": self.window, "world_size": self.world_size,
                 "manifest": self.manifest_digest}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -109,18 +199,35 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         position falls on a batch boundary of the new world size.
         """
         for key, mine in (("manifest", self.manifest_digest), ("seed", self.seed),
-                          ("batch_size", self.batch_size)):
-            if state.get(key) != mine:
+                          ("batch_size", self.batch_size), ("max_tokens", self.max_tokens),
+                          ("window", self.window)):
+            if state.get(key, mine if key in ("max_tokens", "window") else None) != mine:
                 raise InputError(f"iterator state has {key} {state.get(key)!r}, expected "
                                  f"{mine!r}: it belongs to another dataset or run")
-        consumed = int(state["batches_done"]) * self.batch_size * int(state["world_size"])
-        per_step = self.batch_size * self.world_size
-        if consumed % per_step:
-            raise InputError(f"the state is {consumed} rows into the epoch, which is not a "
-                             f"batch boundary for world size {self.world_size}; resume on "
+        # global steps consumed: a step is one batch on every rank
+        consumed = int(state["batches_done"]) * int(state["world_size"])
+        if consumed % self.world_size:
+            raise InputError(f"the state is {consumed} batches into the epoch, which is not "
+                             f"a step boundary for world size {self.world_size}; resume on "
                              f"{state['world_size']} ranks or at an epoch boundary")
         self.epoch = int(state["epoch"])
-        self._start_batch = consumed // per_step
+        self._start_batch = self._next_batch = consumed // self.world_size
+
+
+def pad(flat: np.ndarray, lengths: np.ndarray, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of ``flat`` (cut by ``lengths``) as a padded ``LongTensor[B, L]`` and its mask."""
+    width = int(lengths.max()) if len(lengths) else 0
+    ids = np.full((len(lengths), width), pad_id, dtype=np.int64)
+    mask = np.arange(width) < lengths[:, None]
+    ids[mask] = flat
+    return torch.from_numpy(ids), torch.from_numpy(mask)
+
+
+def to_device(batch: dict[str, Any], device: torch.device | str) -> dict[str, Any]:
+    """Every tensor of ``batch`` on ``device``, copied without blocking (from pinned memory:
+    ``DataLoader(..., pin_memory=True)``), so the copy overlaps the previous step."""
+    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+            for k, v in batch.items()}
 
 
 class SprMapDataset(torch.utils.data.Dataset[dict[str, Any]]):

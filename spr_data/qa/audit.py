@@ -196,50 +196,97 @@ class Replay:
 
     world_size: int = 1
     workers: int = 0
-    batch_size: int = 1
+    batch_size: int | None = 1
     seed: int = 0
     epochs: int = 1
     drop_remainder: bool = True
+    max_tokens: int | None = None
+    window: int | None = None
+
+
+#: positions replayed at a time: bounds the replay's memory whatever the dataset's size
+_REPLAY_CHUNK = 1 << 20
+
+
+def _replay_fixed(n: int, replay: Replay, epoch: int) -> tuple[np.ndarray, list[int], int, int]:
+    from spr_data.pipeline.order import epoch_order, plan
+
+    assert replay.batch_size is not None  # noqa: S101 - fixed-size mode
+    p = plan(n, world_size=replay.world_size, batch_size=replay.batch_size,
+             workers=replay.workers, drop_remainder=replay.drop_remainder)
+    seen = np.zeros(n, dtype=np.int64)
+    batches = []
+    step = max(1, _REPLAY_CHUNK // replay.batch_size)
+    for rank in range(replay.world_size):
+        count = 0
+        for worker in range(p.workers):
+            numbers = np.asarray(p.worker_batches(worker), dtype=np.int64)
+            count += len(numbers)
+            for start in range(0, len(numbers), step):
+                rows = epoch_order(n, replay.seed, epoch,
+                                   p.batch_positions(rank, numbers[start:start + step]))
+                seen += np.bincount(rows, minlength=n)
+        batches.append(count)
+    return seen, batches, p.dropped, p.repeated
+
+
+def _replay_tokens(ds: Dataset, replay: Replay,
+                   epoch: int) -> tuple[np.ndarray, list[int], int, int]:
+    from spr_data.pipeline.order import DEFAULT_WINDOW, token_plan
+    from spr_data.pipeline.tokenize import row_sizes
+
+    assert replay.max_tokens is not None  # noqa: S101 - token-budget mode
+    n = len(ds)
+    p = token_plan(n, row_sizes(ds), max_tokens=replay.max_tokens, seed=replay.seed,
+                   epoch=epoch, world_size=replay.world_size, workers=replay.workers,
+                   drop_remainder=replay.drop_remainder, max_rows=replay.batch_size,
+                   window=replay.window or DEFAULT_WINDOW)
+    reads = np.zeros(p.total_batches, dtype=np.int64)  # how often each batch of the epoch is read
+    batches = []
+    for rank in range(replay.world_size):
+        count = 0
+        for worker in range(p.workers):
+            for b in p.worker_batches(worker):
+                reads[p.global_batch(rank, b)] += 1
+                count += 1
+        batches.append(count)
+    seen = np.zeros(n, dtype=np.int64)
+    for k in range(p.total_batches):  # in order: each window is rebuilt once
+        rows = p.rows_of(k)
+        seen[rows] += reads[k]
+    dropped = sum(len(p.rows_of(k)) for k in p.dropped_batches)
+    repeated = sum(len(p.rows_of(k)) for k in p.repeated_batches)
+    return seen, batches, dropped, repeated
 
 
 def _check_replay(ds: Dataset, replay: Replay) -> dict[str, Any]:
     """Replays the very functions the iterator uses and counts what each epoch saw."""
-    from spr_data.pipeline.order import epoch_order, plan
+    from spr_data.pipeline.order import epoch_order
 
     n = len(ds)
-    p = plan(n, world_size=replay.world_size, batch_size=replay.batch_size,
-             workers=replay.workers, drop_remainder=replay.drop_remainder)
     epochs, problems = [], []
     orders = []
     for epoch in range(replay.epochs):
-        seen = np.zeros(n, dtype=np.int64)
-        batches = []
-        for rank in range(replay.world_size):
-            count = 0
-            for worker in range(p.workers):
-                for batch in p.worker_batches(worker):
-                    rows = epoch_order(n, replay.seed, epoch, p.batch_positions(rank, batch))
-                    np.add.at(seen, rows, 1)
-                    count += 1
-            batches.append(count)
-        first = epoch_order(n, replay.seed, epoch, np.arange(min(n, 64)))
-        orders.append(first)
+        seen, batches, dropped, repeated = (
+            _replay_fixed(n, replay, epoch) if replay.max_tokens is None
+            else _replay_tokens(ds, replay, epoch))
+        orders.append(epoch_order(n, replay.seed, epoch, np.arange(min(n, 64))))
         distinct = int((seen > 0).sum())
         repeats = int((seen - 1).clip(min=0).sum())
         missed = n - distinct
         equal = len(set(batches)) <= 1
-        ok = equal and repeats == p.repeated and missed == p.dropped
+        ok = equal and repeats == repeated and missed == dropped
         epochs.append({"epoch": epoch, "ok": ok, "distinct_rows": distinct,
                        "repeats": repeats, "missed": missed, "batches_per_rank": batches,
-                       "dropped_by_design": p.dropped, "repeated_by_design": p.repeated})
+                       "dropped_by_design": dropped, "repeated_by_design": repeated})
         if not ok:
             problems.append(f"epoch {epoch}: {distinct:,} of {n:,} rows, {repeats:,} repeats, "
                             f"{missed:,} missed, batches per rank {batches}")
     if len(orders) > 1 and all(np.array_equal(orders[0], o) for o in orders[1:]) and n > 2:
         problems.append("every epoch has the same order; set_epoch is not taking effect")
     return {"ok": not problems, "world_size": replay.world_size, "workers": replay.workers,
-            "batch_size": replay.batch_size, "seed": replay.seed, "epochs": epochs,
-            "problems": problems}
+            "batch_size": replay.batch_size, "max_tokens": replay.max_tokens,
+            "seed": replay.seed, "epochs": epochs, "problems": problems}
 
 
 def audit_dataset(path: str | Path, *, ids_log: str | Path | None = None,

@@ -1,0 +1,121 @@
+"""``spr-data tokenize``: id columns equal to the tokenizer's own output, deterministic,
+resumable, accounted for in the lineage."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from spr_data import ingest, open_dataset
+from spr_data.pipeline import tokenize as tokenize_module
+from spr_data.pipeline.tokenize import tokenize
+from spr_data.qa.audit import audit_dataset
+from tests.conftest import run_cli
+
+
+@pytest.fixture(scope="module")
+def eng_ben(corpora: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("tokenize")
+    ingest([corpora / "parallel/tatoeba_manythings_eng-ben.tsv"], root / "ds",
+           langs=["en", "bn"], shard_rows=1000)
+    return root / "ds"
+
+
+def shard_bytes(path: Path) -> list[bytes]:
+    return [p.read_bytes() for p in sorted(path.glob("shard-*.arrow"))]
+
+
+def test_ids_are_the_tokenizers_own_and_fit_uint16(eng_ben: Path, corpora: Path,
+                                                   tmp_path: Path):
+    import sentencepiece as spm
+
+    model = corpora / "tokenizers/llama2_tokenizer.model"
+    report = tokenize(eng_ben, tmp_path / "tok", tokenizer=str(model), workers=1)
+    sp = spm.SentencePieceProcessor(model_file=str(model))
+    ds = open_dataset(tmp_path / "tok")
+    table = ds.take(range(len(ds)))
+    assert report.rows == len(ds) == len(open_dataset(eng_ben))
+    assert str(ds.schema.field("src_ids").type) == "list<item: uint16>"
+    assert table.column("src_ids").to_pylist() == sp.encode(table.column("src").to_pylist())
+    assert table.column("tgt_ids").to_pylist() == sp.encode(table.column("tgt").to_pylist())
+    assert report.tokens["tgt_ids"] == sum(map(len, table.column("tgt_ids").to_pylist()))
+    assert ds.manifest.lineage["tokenizer"]["vocab_size"] == 32000
+
+
+def test_a_vocabulary_over_65536_gets_uint32(eng_ben: Path, corpora: Path, tmp_path: Path):
+    from spr_data.tokenizers import load_tokenizer
+
+    ranks = corpora / "tokenizers/llama3_tokenizer.model"
+    tokenize(eng_ben, tmp_path / "tok", tokenizer=str(ranks), workers=1)
+    ds = open_dataset(tmp_path / "tok")
+    assert str(ds.schema.field("tgt_ids").type) == "list<item: uint32>"
+    rows = ds.take(range(0, len(ds), 97))
+    llama3 = load_tokenizer(str(ranks))
+    assert rows.column("tgt_ids").to_pylist() == llama3.encode(rows.column("tgt").to_pylist())
+    assert max(max(r) for r in rows.column("tgt_ids").to_pylist() if r) > 65535
+
+
+def test_the_output_is_the_same_bytes_for_any_number_of_workers(eng_ben: Path, corpora: Path,
+                                                                tmp_path: Path):
+    model = str(corpora / "tokenizers/gpt2-vocab.json")
+    tokenize(eng_ben, tmp_path / "one", tokenizer=model, workers=1)
+    tokenize(eng_ben, tmp_path / "two", tokenizer=model, workers=2)
+    assert len(shard_bytes(tmp_path / "one")) == 5
+    assert shard_bytes(tmp_path / "one") == shard_bytes(tmp_path / "two")
+
+
+def test_a_killed_run_resumes_to_the_same_bytes(eng_ben: Path, corpora: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch):
+    model = str(corpora / "tokenizers/llama2_tokenizer.model")
+    tokenize(eng_ben, tmp_path / "clean", tokenizer=model, workers=1)
+    real = tokenize_module._tokenize_task
+
+    def dies_on_the_fourth(task):  # type: ignore[no-untyped-def]
+        if task.index == 3:
+            raise KeyboardInterrupt
+        return real(task)
+
+    monkeypatch.setattr(tokenize_module, "_tokenize_task", dies_on_the_fourth)
+    with pytest.raises(KeyboardInterrupt):
+        tokenize(eng_ben, tmp_path / "killed", tokenizer=model, workers=1)
+    assert not (tmp_path / "killed/manifest.json").exists()
+    monkeypatch.setattr(tokenize_module, "_tokenize_task", real)
+    report = tokenize(eng_ben, tmp_path / "killed", tokenizer=model, workers=1)
+    assert report.resumed_shards == 3
+    assert shard_bytes(tmp_path / "killed") == shard_bytes(tmp_path / "clean")
+    # another tokenizer cannot pick up that run's work files
+    with pytest.raises(KeyboardInterrupt):
+        monkeypatch.setattr(tokenize_module, "_tokenize_task", dies_on_the_fourth)
+        tokenize(eng_ben, tmp_path / "other", tokenizer=model, workers=1)
+    monkeypatch.setattr(tokenize_module, "_tokenize_task", real)
+    result = run_cli("tokenize", eng_ben, "-t", corpora / "tokenizers/gpt2-vocab.json",
+                     "--out", tmp_path / "other", "--quiet")
+    assert result.exit_code == 1 and "unfinished run with another tokenizer" in result.stderr
+
+
+def test_audit_accounts_for_the_tokenize_stage(eng_ben: Path, corpora: Path, tmp_path: Path):
+    tokenize(eng_ben, tmp_path / "tok", tokenizer=str(corpora / "tokenizers/gpt2-vocab.json"),
+             workers=1)
+    report = audit_dataset(tmp_path / "tok")
+    assert report.ok
+    stages = report.checks["accounting"]["stages"]
+    assert [s["stage"] for s in stages] == ["tokenize", "ingest"]
+    assert stages[0]["rows_in"] == stages[0]["kept"] == len(open_dataset(eng_ben))
+
+
+def test_cli_json_and_clear_errors(eng_ben: Path, corpora: Path, tmp_path: Path):
+    result = run_cli("tokenize", eng_ben, "-t", corpora / "tokenizers/llama2_tokenizer.model",
+                     "--out", tmp_path / "tok", "--json", "--quiet")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["id_type"] == "uint16" and data["rows"] == len(open_dataset(eng_ben))
+    missing = run_cli("tokenize", eng_ben, "-t", tmp_path / "nope.model", "--out",
+                      tmp_path / "x")
+    assert missing.exit_code == 2 and "does not exist" in missing.stderr
+    baseline = run_cli("tokenize", eng_ben, "-t", "bytes", "--out", tmp_path / "y")
+    assert baseline.exit_code == 2 and "baseline" in baseline.stderr
+    again = run_cli("tokenize", eng_ben, "-t", corpora / "tokenizers/llama2_tokenizer.model",
+                    "--out", tmp_path / "tok", "--quiet")
+    assert again.exit_code == 1 and "--overwrite" in again.stderr
