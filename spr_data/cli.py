@@ -356,6 +356,8 @@ def audit(
         "--max-tokens", min=1, help="Token budget per batch (needs token-id columns).")] = None,
     wrap: Annotated[bool, typer.Option(
         "--wrap", help="Replay wrap-around of the last steps instead of dropping them.")] = False,
+    block: Annotated[int | None, typer.Option(
+        "--block", min=2, help="Replay the blocked order (runs of N consecutive rows).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Shuffle seed.")] = 0,
     epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to replay.")] = 1,
     as_json: JsonOption = False,
@@ -365,11 +367,11 @@ def audit(
     from spr_data.qa.audit import Replay, audit_dataset
 
     replay = None
-    if world_size is not None or batch_size is not None or max_tokens is not None:
+    if any(x is not None for x in (world_size, batch_size, max_tokens, block)):
         replay = Replay(world_size=world_size or 1, workers=workers,
                         batch_size=batch_size if batch_size or max_tokens else 1,
                         max_tokens=max_tokens, seed=seed, epochs=epochs,
-                        drop_remainder=not wrap)
+                        drop_remainder=not wrap, block=block)
     report = audit_dataset(dataset, ids_log=ids_log, min_distinct=min_distinct, replay=replay)
     if as_json:
         console.print_json(report.to_json())

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spr_data.arrays import unique
 from spr_data.errors import DatasetError
 from spr_data.fsio import sha256_file
 from spr_data.manifest import Manifest, read_manifest
@@ -136,7 +137,7 @@ def _check_table(table: pa.Table, manifest: Manifest, rows: int, first_id: int |
     if int(ids.max()) >= len(seen):
         problems.append(f"id {int(ids.max())} is outside 0..{len(seen) - 1}")
         return problems
-    repeated = int(seen[ids].sum()) + (len(ids) - len(np.unique(ids)))
+    repeated = int(seen[ids].sum()) + (len(ids) - len(unique(ids)))
     if repeated:
         problems.append(f"{repeated} row id(s) appear more than once in the dataset")
     seen[ids] = True

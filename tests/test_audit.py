@@ -148,6 +148,10 @@ def test_token_budget_replay_matches_what_the_iterator_yields(multi30k: Path, co
         assert len(batches) == first["batches_per_rank"][rank]
         yielded += [i for b in batches for i in b["ids"].tolist()]
     assert len(set(yielded)) == first["distinct_rows"] and len(yielded) == len(set(yielded))
+    blocked = run_cli("audit", tmp_path / "tok", "--world-size", "2", "--batch-size", "64",
+                      "--block", "4096", "--wrap", "--json")
+    epoch = json.loads(blocked.stdout)["epoch_replay"]["epochs"][0]
+    assert blocked.exit_code == 0 and epoch["missed"] == 0 and epoch["repeats"] > 0
     text = run_cli("audit", tmp_path / "tok", "--max-tokens", "1500")
     assert text.exit_code == 0 and "batches per rank" in text.stdout
     untokenized = run_cli("audit", multi30k, "--max-tokens", "1500")

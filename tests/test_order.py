@@ -128,3 +128,26 @@ def test_length_bucketing_leaves_little_padding():
     q = token_plan(len(arr), lambda rows: arr[rows], max_tokens=4096, window=20)
     padded_q = sum(len(q.rows_of(k)) * int(arr[q.rows_of(k)].max()) for k in range(q.total_batches))
     assert arr.sum() / padded_q < 0.8
+
+
+@given(n=st.integers(0, 3000), block=st.integers(2, 500), seed=st.integers(0, 2**32),
+       epoch=st.integers(0, 5))
+def test_the_blocked_order_is_a_permutation_read_in_runs_of_a_block(n: int, block: int,
+                                                                    seed: int, epoch: int):
+    order = epoch_order(n, seed, epoch, np.arange(n), block=block)
+    assert sorted(order.tolist()) == list(range(n))
+    if n > block:
+        # each block of rows is read in one run of consecutive positions
+        blocks = order // block
+        assert np.count_nonzero(np.diff(blocks)) == len(set(blocks.tolist())) - 1
+        assert not np.array_equal(order, epoch_order(n, seed, epoch + 1, np.arange(n),
+                                                     block=block))
+
+
+def test_the_blocked_order_reads_few_blocks_per_batch():
+    n, block = 1_000_000, 4096
+    p = plan(n, world_size=1, batch_size=256)
+    rows = epoch_order(n, 7, 0, p.batch_positions(0, 10), block=block)
+    assert len(np.unique(rows // block)) <= 2
+    rows_global = epoch_order(n, 7, 0, p.batch_positions(0, 10))
+    assert len(np.unique(rows_global // block)) > 100

@@ -27,12 +27,12 @@ def dataset(corpora: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def epoch_ids(ds_path: Path, *, world: int, workers: int, batch: int, epoch: int = 0,
-              seed: int = 0) -> list[list[int]]:
+              seed: int = 0, **options: Any) -> list[list[int]]:
     """The ids each rank yields in an epoch, through a real DataLoader."""
     out = []
     for rank in range(world):
         ds = SprIterableDataset(ds_path, batch_size=batch, seed=seed, world_size=world,
-                                rank=rank)
+                                rank=rank, **options)
         ds.set_epoch(epoch)
         loader = DataLoader(ds, batch_size=None, num_workers=workers)
         out.append([i for b in loader for i in b["ids"].tolist()])
@@ -219,6 +219,15 @@ def test_token_budget_batches_cover_the_epoch_within_the_budget(tokenized: Path,
     ds = SprIterableDataset(tokenized, max_tokens=600, world_size=world, window=1024)
     p = ds._plan(1)
     assert 4387 - len(flat) == sum(len(p.rows_of(k)) for k in p.dropped_batches)
+
+
+def test_the_blocked_order_through_the_loader_and_resume(tokenized: Path):
+    per_rank = epoch_ids(tokenized, world=2, workers=2, batch=32, block=256)
+    flat = [i for ids in per_rank for i in ids]
+    assert len(flat) == len(set(flat)) and 4387 - len(flat) < 2 * 32
+    assert per_rank != epoch_ids(tokenized, world=2, workers=2, batch=32)
+    resume_check(tokenized, batch_size=16, stop=9, world=2, block=256)
+    resume_check(tokenized, max_tokens=700, stop=9, block=300)
 
 
 def test_resume_with_a_token_budget(tokenized: Path):

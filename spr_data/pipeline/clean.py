@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spr_data._version import __version__
+from spr_data.arrays import unique
 from spr_data.dataset import Dataset, open_dataset
 from spr_data.errors import DatasetError, InputError, SprDataError
 from spr_data.fsio import TMP_SUFFIX, atomic_write_bytes, sha256_file
@@ -370,7 +371,7 @@ def read_quarantine(path: str | Path) -> np.ndarray:
             raise InputError(f"{p}:{number}: expected a row id, a list 'row_ids' of row ids, "
                              f"or 'id'; found {line.strip()[:80]}")
         ids.extend(values)
-    return np.unique(np.asarray(ids, dtype=np.uint64))
+    return unique(np.asarray(ids, dtype=np.uint64))
 
 
 def _global_dedup(work: Path, recipe: Recipe, scored: list[Path]) -> Path | None:

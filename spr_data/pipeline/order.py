@@ -51,8 +51,16 @@ def _keys(seed: int, epoch: int) -> np.ndarray:
         return np.asarray(_mix(base + np.arange(1, _ROUNDS + 1, dtype=np.uint64)))
 
 
-def epoch_order(n: int, seed: int, epoch: int, positions: np.ndarray) -> np.ndarray:
-    """Row index at each of ``positions`` (0..n-1) of epoch ``epoch``'s shuffled order."""
+def epoch_order(n: int, seed: int, epoch: int, positions: np.ndarray,
+                block: int | None = None) -> np.ndarray:
+    """Row index at each of ``positions`` (0..n-1) of epoch ``epoch``'s shuffled order.
+
+    With ``block``, the order is *blocked* for storage where random reads are slow: runs of
+    ``block`` consecutive positions read one block of ``block`` consecutive rows, in a shuffled
+    order inside it, and the blocks come in a shuffled order (the short last block too).
+    """
+    if block is not None and block > 1 and n > block:
+        return _blocked_order(n, seed, epoch, np.asarray(positions, dtype=np.int64), block)
     positions = np.asarray(positions, dtype=np.uint64)
     if n <= 1:
         return positions.astype(np.int64)
@@ -72,6 +80,30 @@ def epoch_order(n: int, seed: int, epoch: int, positions: np.ndarray) -> np.ndar
         out[todo] = feistel(out[todo])
         todo = out >= np.uint64(n)
     return out.astype(np.int64)
+
+
+def _blocked_order(n: int, seed: int, epoch: int, positions: np.ndarray,
+                   block: int) -> np.ndarray:
+    full, tail = divmod(n, block)
+    keys = _keys(seed, epoch)
+    # the short block sits at a seeded slot among the full ones
+    slot = int(keys[0] % np.uint64(full + 1)) if tail else full
+    in_tail = (positions >= slot * block) & (positions < slot * block + tail)
+    shifted = np.where(positions >= slot * block + tail, positions - tail, positions)
+    slots, inner = np.divmod(shifted, block)
+    out = np.empty(len(positions), dtype=np.int64)
+    full_rows = ~in_tail
+    if full_rows.any():
+        blocks = epoch_order(full, seed, epoch, slots[full_rows])
+        offsets = np.empty(int(full_rows.sum()), dtype=np.int64)
+        for b in np.unique(blocks).tolist():  # each block its own inner order
+            here = blocks == b
+            offsets[here] = epoch_order(block, seed ^ (b + 1), epoch, inner[full_rows][here])
+        out[full_rows] = blocks * block + offsets
+    if in_tail.any():
+        out[in_tail] = full * block + epoch_order(tail, seed ^ (full + 1), epoch,
+                                                  positions[in_tail] - slot * block)
+    return out
 
 
 @dataclass(frozen=True)
@@ -151,6 +183,7 @@ class TokenPlan:
     epoch: int
     window_ends: np.ndarray
     sizes_of: SizesOf
+    block: int | None = None
     _cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(
         default_factory=dict, repr=False)
 
@@ -210,7 +243,7 @@ def _window_seed(seed: int, window: int) -> int:
 
 def _pack_window(p: TokenPlan, w: int) -> tuple[np.ndarray, np.ndarray]:
     positions = np.arange(w * p.window, min(p.n, (w + 1) * p.window), dtype=np.int64)
-    rows = epoch_order(p.n, p.seed, p.epoch, positions)
+    rows = epoch_order(p.n, p.seed, p.epoch, positions, p.block)
     sizes = np.maximum(np.asarray(p.sizes_of(rows), dtype=np.int64), 1)
     by_size = np.argsort(sizes, kind="stable")
     rows, sizes = rows[by_size], sizes[by_size]
@@ -235,13 +268,14 @@ def _pack(sizes: np.ndarray, max_tokens: int, max_rows: int | None) -> np.ndarra
 
 def token_plan(n: int, sizes_of: SizesOf, *, max_tokens: int, seed: int = 0, epoch: int = 0,
                world_size: int = 1, workers: int = 0, drop_remainder: bool = True,
-               max_rows: int | None = None, window: int = DEFAULT_WINDOW) -> TokenPlan:
+               max_rows: int | None = None, window: int = DEFAULT_WINDOW,
+               block: int | None = None) -> TokenPlan:
     """Plan an epoch of ``n`` rows in token-budget batches (reads every row's size once)."""
     if world_size < 1 or workers < 0 or max_tokens < 1 or window < 1 \
             or (max_rows is not None and max_rows < 1):
         raise ValueError("world_size, max_tokens, window and max_rows must be ≥ 1, "
                          "workers ≥ 0")
     p = TokenPlan(n, world_size, max(workers, 1), drop_remainder, max_tokens, max_rows, window,
-                  seed, epoch, np.zeros(0, dtype=np.int64), sizes_of)
+                  seed, epoch, np.zeros(0, dtype=np.int64), sizes_of, block)
     counts = [len(_pack_window(p, w)[1]) - 1 for w in range(-(-n // window))]
     return replace(p, window_ends=np.cumsum(counts, dtype=np.int64), _cache={})

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from spr_data.arrays import unique
 from spr_data.dataset import Dataset, open_dataset
 from spr_data.errors import InputError
 from spr_data.manifest import MANIFEST_NAME
@@ -51,7 +52,9 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
     padded ``LongTensor[B, L]`` ``c_ids`` and a bool ``c_mask``; text columns asked for in
     ``columns`` come as lists of strings. Batches are ``batch_size`` rows, or with
     ``max_tokens`` at most that many padded tokens (rows × longest row; length-bucketed inside
-    windows of ``window`` positions; ``batch_size`` then caps the rows).
+    windows of ``window`` positions; ``batch_size`` then caps the rows). ``block=N`` reads
+    runs of N consecutive rows (shuffled inside and between blocks) for storage where random
+    reads are slow.
 
     ``world_size``/``rank`` default to ``torch.distributed``'s (or 1/0). ``state_dict()``
     (what torchdata's ``StatefulDataLoader`` calls, in each worker) or
@@ -65,7 +68,7 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
                  columns: list[str] | None = None, world_size: int | None = None,
                  rank: int | None = None, drop_remainder: bool = True,
                  tokenizer: str | None = None, pad_id: int = 0,
-                 window: int = DEFAULT_WINDOW) -> None:
+                 window: int = DEFAULT_WINDOW, block: int | None = None) -> None:
         super().__init__()
         if batch_size is None and max_tokens is None:
             raise InputError("give batch_size (rows per batch) or max_tokens (a token budget)")
@@ -73,6 +76,7 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         self.batch_size = batch_size
         self.max_tokens = max_tokens
         self.window = window
+        self.block = block
         self.seed = seed
         self.drop_remainder = drop_remainder
         self.tokenizer = tokenizer
@@ -137,7 +141,7 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
                     self.rows, self.sizes_of, max_tokens=self.max_tokens, seed=self.seed,
                     epoch=self.epoch, world_size=self.world_size, workers=workers,
                     drop_remainder=self.drop_remainder, max_rows=self.batch_size,
-                    window=self.window)}
+                    window=self.window, block=self.block)}
         return self._plans[key]
 
     def sizes_of(self, rows: np.ndarray) -> np.ndarray:
@@ -149,7 +153,8 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         p = self._plan(workers)
         if isinstance(p, TokenPlan):
             return p.batch_rows(self.rank, batch)
-        return epoch_order(self.rows, self.seed, self.epoch, p.batch_positions(self.rank, batch))
+        return epoch_order(self.rows, self.seed, self.epoch, p.batch_positions(self.rank, batch),
+                           self.block)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
@@ -189,7 +194,7 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         done = self._next_batch if batches_done is None else batches_done
         return {"epoch": self.epoch, "batches_done": done, "seed": self.seed,
                 "batch_size": self.batch_size, "max_tokens": self.max_tokens,
-                "window": self.window, "world_size": self.world_size,
+                "window": self.window, "block": self.block, "world_size": self.world_size,
                 "manifest": self.manifest_digest}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -200,8 +205,9 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         """
         for key, mine in (("manifest", self.manifest_digest), ("seed", self.seed),
                           ("batch_size", self.batch_size), ("max_tokens", self.max_tokens),
-                          ("window", self.window)):
-            if state.get(key, mine if key in ("max_tokens", "window") else None) != mine:
+                          ("window", self.window), ("block", self.block)):
+            if state.get(key, mine if key in ("max_tokens", "window", "block") else None) \
+                    != mine:
                 raise InputError(f"iterator state has {key} {state.get(key)!r}, expected "
                                  f"{mine!r}: it belongs to another dataset or run")
         # global steps consumed: a step is one batch on every rank
@@ -274,9 +280,9 @@ class CoverageMonitor:
         if values.size and (values.min() < 0 or values.max() >= self._bound):
             raise InputError(f"row id {int(values.max())} is outside this dataset's ids "
                              f"(0..{self._bound - 1})")
-        unique = np.unique(values)
-        self._repeats += len(values) - len(unique)
-        byte, bit = unique >> 3, (1 << (unique & 7)).astype(np.uint8)
+        distinct = unique(values)
+        self._repeats += len(values) - len(distinct)
+        byte, bit = distinct >> 3, (1 << (distinct & 7)).astype(np.uint8)
         self._repeats += int(((self._bits[byte] & bit) != 0).sum())
         np.bitwise_or.at(self._bits, byte, bit)
         self._seen += len(values)
