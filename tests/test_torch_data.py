@@ -284,3 +284,15 @@ def test_stateful_dataloader_resumes_mid_epoch_with_workers(tokenized: Path):
     second.load_state_dict(state)
     tail = [b["ids"].tolist() for b in second]
     assert head + tail == full
+
+
+def test_batches_are_ready_for_the_device(tokenized: Path):
+    from spr_data.pipeline.torch_data import to_device
+
+    batch = next(iter(SprIterableDataset(tokenized, batch_size=8, columns=["src"])))
+    moved = to_device(batch, "cpu")
+    assert moved["src_ids"].dtype == torch.long and moved["src_mask"].dtype == torch.bool
+    assert moved["src"] == batch["src"] and moved["batch"] == 0
+    assert moved["src_ids"].shape == moved["src_mask"].shape
+    # DataLoader(pin_memory=True) pins these tensors: each is one contiguous buffer
+    assert all(v.is_contiguous() for v in moved.values() if isinstance(v, torch.Tensor))
