@@ -28,6 +28,19 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as one JSON object.")]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+RetriesOption = Annotated[int, typer.Option(
+    "--retries", min=1, help="Attempts per read before a transient fault (EIO, ESTALE, a "
+    "dropped connection…) is an error.")]
+CacheDirOption = Annotated[Path | None, typer.Option(
+    "--cache-dir", help="Copy shards of a dataset on a network filesystem or URL here "
+    "(verified) and map the copies.")]
+
+
+def _reader(retries: int, cache_dir: Path | None) -> Any:
+    from spr_data.reader import ReaderOptions, RetryPolicy
+
+    return ReaderOptions(retry=RetryPolicy(attempts=retries),
+                         cache_dir=None if cache_dir is None else str(cache_dir))
 
 
 def _version(value: bool) -> None:
@@ -110,6 +123,7 @@ def ingest(
         "--shard-bytes", help="Roll over after this much data (e.g. 64M, 1G).")] = "256M",
     overwrite: Annotated[bool, typer.Option("--overwrite",
                                             help="Replace an existing dataset.")] = False,
+    retries: RetriesOption = 8,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -125,7 +139,8 @@ def ingest(
         summary = run_ingest(
             inputs, out, format=format, langs=lang_list, columns=_split_list(columns),
             keys=_split_list(keys), shard_rows=shard_rows, shard_bytes=parse_size(shard_bytes),
-            overwrite=overwrite, on_progress=progress)
+            overwrite=overwrite, on_progress=progress,
+            retry=_reader(retries, None).retry)
     if as_json:
         console.print_json(summary.to_json())
         return
@@ -218,8 +233,8 @@ def tokenize(
 @app.command("fertility-report")
 @_reports_errors
 def fertility_report(
-    inputs: Annotated[list[Path], typer.Argument(
-        help="Text files (one segment per line) or dataset directories.")],
+    inputs: Annotated[list[str], typer.Argument(
+        help="Text files (one segment per line), dataset directories or dataset URLs.")],
     tokenizer: Annotated[list[str], typer.Option(
         "--tokenizer", "-t", help="[NAME=]PATH of a .model, tokenizer.json, vocab.json or "
         "tiktoken ranks file; or 'bytes' / 'chars'. Repeat to compare.")],
@@ -237,6 +252,8 @@ def fertility_report(
         "script and tokenizer.")] = None,
     strict: Annotated[bool, typer.Option(
         "--strict", help="Exit 1 when any warning fires (for CI of training repos).")] = False,
+    retries: RetriesOption = 8,
+    cache_dir: CacheDirOption = None,
 ) -> None:
     """Characters per token, fertility and balance per script and language, per tokenizer."""
     import json
@@ -246,7 +263,8 @@ def fertility_report(
     from spr_data.tokenizers import load_tokenizer
 
     tokenizers = [load_tokenizer(t) for t in tokenizer]
-    report = run_report(read_sources(inputs, sample=sample, seed=seed), tokenizers,
+    report = run_report(read_sources(inputs, sample=sample, seed=seed,
+                                     reader=_reader(retries, cache_dir)), tokenizers,
                         reference=reference)
     if json_file is not None:
         json_file.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
@@ -285,7 +303,8 @@ def fertility_report(
 @app.command("train-tokenizer")
 @_reports_errors
 def train_tokenizer(
-    inputs: Annotated[list[Path], typer.Argument(help="Datasets or text files to train on.")],
+    inputs: Annotated[list[str], typer.Argument(
+        help="Datasets (directories or URLs) or text files to train on.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the tokenizer.")],
     kind: Annotated[str, typer.Option(
         "--kind", help="sentencepiece-unigram | sentencepiece-bpe | bpe | byte-bpe")],
@@ -297,6 +316,8 @@ def train_tokenizer(
     weights: Annotated[str | None, typer.Option(
         "--weights", help="Explicit group weights instead, e.g. Latin=0.5,Bengali=0.5.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sampling.")] = 0,
+    retries: RetriesOption = 8,
+    cache_dir: CacheDirOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Train a tokenizer on balanced, streamed text; report its fertility on held-out text."""
@@ -311,7 +332,8 @@ def train_tokenizer(
         except ValueError:
             raise InputError(f"--weights {weights!r} should be GROUP=WEIGHT,...") from None
     result = run_train(inputs, out, kind=kind, vocab_size=vocab_size, balance=balance,
-                       alpha=alpha, weights=parsed, seed=seed)
+                       alpha=alpha, weights=parsed, seed=seed,
+                       reader=_reader(retries, cache_dir))
     by_lang: dict[str, list[str]] = {}
     for text, lang in result.held_out:
         by_lang.setdefault(lang, []).append(text)

@@ -8,6 +8,7 @@ with one ``take`` per record batch touched, then put back in the caller's order.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import itertools
 import operator
 from collections.abc import Callable, Iterator, Sequence
@@ -18,8 +19,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spr_data.errors import DatasetError
-from spr_data.manifest import Manifest, read_manifest
+from spr_data.cache import ShardCache
+from spr_data.errors import DatasetError, InputError
+from spr_data.fsio import sha256_file
+from spr_data.manifest import MANIFEST_NAME, Manifest, parse_manifest, read_manifest
+from spr_data.reader import (
+    FileSystem,
+    ReaderOptions,
+    RetryingFile,
+    RetryPolicy,
+    fetch_verified,
+    filesystem_for,
+    read_all,
+)
 
 if TYPE_CHECKING:
     import polars as pl
@@ -99,9 +111,9 @@ class _Shard:
     operations per shard instead of a full Arrow ``take`` per shard.
     """
 
-    def __init__(self, path: Path, schema: pa.Schema) -> None:
+    def __init__(self, path: str, schema: pa.Schema, source: Any = None) -> None:
         try:
-            self._source = pa.memory_map(str(path), "r")
+            self._source = source if source is not None else pa.memory_map(path, "r")
             reader = pa.ipc.open_file(self._source)
         except (OSError, pa.ArrowInvalid) as exc:
             raise DatasetError(f"cannot open shard {path}: {exc}; run spr-data verify") from exc
@@ -232,15 +244,29 @@ class Dataset:
     only the manifest; each shard is mapped the first time a row of it is needed.
     """
 
-    def __init__(self, path: Path, manifest: Manifest) -> None:
+    def __init__(self, path: Path, manifest: Manifest, *, location: str | None = None,
+                 reader: ReaderOptions | None = None, remote: bool = False) -> None:
         self.path = path
+        self.location = location or str(path)
         self.manifest = manifest
+        self.reader = reader or ReaderOptions()
+        self.remote = remote
         self._starts = np.cumsum([0] + [s.rows for s in manifest.shards], dtype=np.int64)
         self._start_list: list[int] = self._starts.tolist()
         self._shards: list[_Shard | None] = [None] * len(manifest.shards)
+        self._in_memory: list[int] = []  # remote shards held whole, least recently used first
+        self._cache: ShardCache | None = None
+        self._digest: str | None = None
+
+    @property
+    def manifest_digest(self) -> str:
+        """``sha256:<hex>`` of the manifest's bytes: what an iterator's state is tied to."""
+        if self._digest is None:
+            self._digest = sha256_file(self.path / MANIFEST_NAME)
+        return self._digest
 
     def __repr__(self) -> str:
-        return (f"Dataset({str(self.path)!r}, kind={self.kind!r}, langs={self.langs!r}, "
+        return (f"Dataset({self.location!r}, kind={self.kind!r}, langs={self.langs!r}, "
                 f"rows={len(self)}, shards={len(self.manifest.shards)})")
 
     @property
@@ -257,13 +283,19 @@ class Dataset:
 
     @property
     def shard_paths(self) -> list[Path]:
+        """The shard files of a local dataset (stages map them in worker processes)."""
+        if self.remote:
+            raise DatasetError(f"{self.location} is on a network filesystem; this step reads "
+                               "local shards only: copy the dataset to local disk first")
         return [self.path / s.file for s in self.manifest.shards]
 
     @property
     def rejects(self) -> Dataset | None:
         """The dataset of rejected rows that sits beside this one, if any."""
         name = self.manifest.rejects_dir
-        return open_dataset(self.path / name) if name else None
+        if not name:
+            return None
+        return _open(_join(self.location, name), self.reader)
 
     def __len__(self) -> int:
         return int(self._starts[-1])
@@ -345,11 +377,73 @@ class Dataset:
     def _shard(self, k: int) -> _Shard:
         shard = self._shards[k]
         if shard is None:
-            shard = self._shards[k] = _Shard(self.shard_paths[k], self.schema)
+            shard = self._shards[k] = self._open_shard(k)
+        if self.remote and self._cache is None:  # whole shards in memory: keep a few
+            if k in self._in_memory:
+                self._in_memory.remove(k)
+            self._in_memory.append(k)
+            while len(self._in_memory) > self.reader.max_in_memory:
+                self._shards[self._in_memory.pop(0)] = None
         return shard
 
+    def _open_shard(self, k: int) -> _Shard:
+        info = self.manifest.shards[k]
+        where = _join(self.location, info.file)
+        options = self.reader
+        if not self.remote:
+            if options.verify == "always" and sha256_file(Path(where)) != info.hash:
+                raise DatasetError(f"shard {where} does not match its manifest hash; run "
+                                   "spr-data verify")
+            return _Shard(where, self.schema)
+        fs = options.filesystem or filesystem_for(self.location)
+        sha = info.hash if options.verify != "never" else None
+        if options.cache_dir is not None:
+            if self._cache is None:
+                self._cache = ShardCache(options.cache_dir, limit_bytes=options.cache_limit)
+            local = self._cache.get(fs, where, info, options.retry)
+            upcoming = [(fs, _join(self.location, s.file), s)
+                        for s in self.manifest.shards[k + 1:k + 1 + self._cache.prefetch]]
+            self._cache.prefetch_shards(upcoming, options.retry)
+            return _Shard(str(local), self.schema)
+        data = fetch_verified(fs, where, size=info.bytes, sha256=sha, policy=options.retry)
+        return _Shard(where, self.schema, pa.BufferReader(pa.py_buffer(data)))
 
-def open_dataset(path: str | Path) -> Dataset:
-    """Open a dataset directory; raises :class:`DatasetError` when it is not a valid one."""
-    p = Path(path)
-    return Dataset(p, read_manifest(p))
+
+def _join(location: str, name: str) -> str:
+    return f"{location.rstrip('/')}/{name}" if "://" in location else str(Path(location) / name)
+
+
+def _open(location: str, reader: ReaderOptions) -> Dataset:
+    fs = reader.filesystem or filesystem_for(location)
+    remote = fs.is_network(location)
+    if not remote:
+        p = Path(location)
+        return Dataset(p, read_manifest(p), reader=reader)
+    where = _join(location, MANIFEST_NAME)
+    try:
+        with RetryingFile(fs, where, policy=reader.retry) as f:
+            raw = bytes(read_all(f))
+    except InputError as exc:
+        raise DatasetError(f"{location} is not a readable spr-data dataset: {exc}") from exc
+    ds = Dataset(Path(location), parse_manifest(raw, where), location=location,
+                 reader=reader, remote=True)
+    ds._digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+    return ds
+
+
+def open_dataset(path: str | Path, *, filesystem: FileSystem | None = None,
+                 retry: RetryPolicy | None = None, cache_dir: str | Path | None = None,
+                 cache_limit: int | None = None, verify: str = "remote",
+                 reader: ReaderOptions | None = None) -> Dataset:
+    """Open a dataset directory (a local path, a network mount or an ``http(s)://`` URL);
+    raises :class:`DatasetError` when it is not a valid one.
+
+    A local dataset is memory-mapped. One on a network filesystem is read through the
+    retrying reader, never mapped: copied to ``cache_dir`` when given, else read whole, shard
+    by shard (see :class:`~spr_data.reader.ReaderOptions`, which ``reader`` passes at once).
+    """
+    if reader is None:
+        reader = ReaderOptions(filesystem=filesystem, retry=retry,
+                               cache_dir=None if cache_dir is None else str(cache_dir),
+                               cache_limit=cache_limit, verify=verify)
+    return _open(str(path), reader)

@@ -18,6 +18,7 @@ __all__ = [
     "MANIFEST_NAME",
     "Manifest",
     "ShardInfo",
+    "parse_manifest",
     "read_manifest",
     "write_manifest",
 ]
@@ -91,6 +92,15 @@ def write_manifest(directory: Path, manifest: Manifest) -> None:
     atomic_write_bytes(directory / MANIFEST_NAME, text.encode("utf-8"))
 
 
+def parse_manifest(raw: bytes, where: str) -> Manifest:
+    """A manifest from its bytes (read from anywhere); ``where`` names it in errors."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DatasetError(f"{where} is not valid JSON: {exc}") from exc
+    return _parse(data, where)
+
+
 def read_manifest(directory: Path) -> Manifest:
     """Read and validate ``directory/manifest.json``; every defect is a :class:`DatasetError`."""
     path = directory / MANIFEST_NAME
@@ -103,14 +113,10 @@ def read_manifest(directory: Path) -> Manifest:
             f"{directory} is not an spr-data dataset: it has no {MANIFEST_NAME} "
             "(an unfinished or failed run leaves none; run the stage again)"
         )
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DatasetError(f"{path} is not valid JSON: {exc}") from exc
-    return _parse(data, path)
+    return parse_manifest(path.read_bytes(), str(path))
 
 
-def _parse(data: Any, path: Path) -> Manifest:
+def _parse(data: Any, path: str | Path) -> Manifest:
     def need(obj: Any, key: str, kind: type | tuple[type, ...], where: str = "") -> Any:
         if not isinstance(obj, dict) or key not in obj:
             raise DatasetError(f"{path}: missing key {where}{key!r}")

@@ -23,6 +23,7 @@ from spr_data.fsio import os_error_message
 from spr_data.manifest import Manifest, write_manifest
 from spr_data.outdir import REJECTS_DIR, prepare_output, remove_outputs
 from spr_data.pipeline.sources import REJECT_REASONS, RecordChunk, plan_sources
+from spr_data.reader import RetryPolicy
 from spr_data.schema import ORIGIN_TYPE, ingest_rejects_schema, rows_schema
 from spr_data.writer import DEFAULT_SHARD_BYTES, ShardWriter
 
@@ -70,14 +71,17 @@ def ingest(
     shard_bytes: int | None = DEFAULT_SHARD_BYTES,
     overwrite: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
+    retry: RetryPolicy | None = None,
 ) -> IngestSummary:
     """Read ``inputs`` and write the dataset directory ``out``.
 
     ``on_progress(done, total)`` is called with input bytes read (compressed sizes). On any
-    error, the files this call wrote are removed and no manifest is left behind.
+    error, the files this call wrote are removed and no manifest is left behind. Reads of the
+    inputs are retried as ``retry`` says when they fail transiently (a NAS blip).
     """
     started = time.perf_counter()
-    plan = plan_sources(inputs, format=format, langs=langs, columns=columns, keys=keys)
+    plan = plan_sources(inputs, format=format, langs=langs, columns=columns, keys=keys,
+                        retry=retry)
     out = Path(out)
     total_bytes = sum(f.size for s in plan.sources for f in s.files)
     done = 0

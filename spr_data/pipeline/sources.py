@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spr_data.errors import InputError, SprDataError
+from spr_data.reader import LocalFileSystem, RetryingFile, RetryPolicy
 from spr_data.schema import Kind
 
 __all__ = [
@@ -89,6 +90,8 @@ class InputFile:
     size: int = 0
     bytes_read: int = 0
     lines: int = 0
+    #: how reads of it are retried (a file on a NAS); None: the default policy
+    retry: RetryPolicy | None = None
     _hash: Any = field(default_factory=hashlib.sha256, repr=False)
 
     @property
@@ -103,7 +106,8 @@ class InputFile:
 class _TrackedReader(io.RawIOBase):
     """Hashes and counts the bytes read from a file, before any decompression."""
 
-    def __init__(self, raw: BinaryIO, record: InputFile, on_bytes: Callable[[int], None] | None):
+    def __init__(self, raw: io.RawIOBase, record: InputFile,
+                 on_bytes: Callable[[int], None] | None):
         self._raw, self._record, self._on_bytes = raw, record, on_bytes
 
     def readable(self) -> bool:
@@ -166,10 +170,10 @@ class _ZstdReader(io.RawIOBase):
 
 
 def _open_stream(record: InputFile, on_bytes: Callable[[int], None] | None) -> BinaryIO:
-    try:
-        raw = open(record.path, "rb")  # noqa: SIM115 - closed by the returned stream
-    except OSError as exc:
-        raise InputError(f"cannot read {record.path}: {exc.strerror}") from exc
+    # every read retried if transient, and an early EOF (the file is shorter than its size
+    # when planned) is a fault to retry, not the end of the corpus
+    raw = RetryingFile(LocalFileSystem(), str(record.path), size=record.size,
+                       policy=record.retry)
     tracked = _TrackedReader(raw, record, on_bytes)
     kind = record.compression
     if kind == "gzip":
@@ -619,6 +623,7 @@ def plan_sources(
     langs: Sequence[str] | None = None,
     columns: Sequence[str] | None = None,
     keys: Sequence[str] | None = None,
+    retry: RetryPolicy | None = None,
 ) -> SourcePlan:
     """Check the inputs exist, detect their formats, and decide the dataset's kind and langs.
 
@@ -689,7 +694,7 @@ def plan_sources(
     sources: list[Source] = []
     guessed: set[tuple[str, ...]] = set()
     for fmt, ps in groups:
-        files = [InputFile(p, size=p.stat().st_size) for p in ps]
+        files = [InputFile(p, size=p.stat().st_size, retry=retry) for p in ps]
         if fmt == "moses":
             pair = _moses_langs(ps[0], ps[1])
             if pair:

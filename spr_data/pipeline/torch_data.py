@@ -9,7 +9,6 @@ ranks or workers. Each batch carries the row ids it holds. Use it with
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,6 @@ from torch.utils.data import IterableDataset, get_worker_info
 from spr_data.arrays import unique
 from spr_data.dataset import Dataset, open_dataset
 from spr_data.errors import InputError
-from spr_data.manifest import MANIFEST_NAME
 from spr_data.pipeline.order import (
     DEFAULT_WINDOW,
     EpochPlan,
@@ -32,6 +30,7 @@ from spr_data.pipeline.order import (
     token_plan,
 )
 from spr_data.pipeline.tokenize import id_column, row_sizes
+from spr_data.reader import ReaderOptions
 from spr_data.schema import text_columns
 from spr_data.tokenizers import Tokenizer, load_tokenizer
 
@@ -56,6 +55,9 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
     runs of N consecutive rows (shuffled inside and between blocks) for storage where random
     reads are slow.
 
+    ``reader`` reads a dataset on a network filesystem or URL (retries, a local cache:
+    :class:`~spr_data.reader.ReaderOptions`); each worker opens the dataset with it.
+
     ``world_size``/``rank`` default to ``torch.distributed``'s (or 1/0). ``state_dict()``
     (what torchdata's ``StatefulDataLoader`` calls, in each worker) or
     ``state_dict(batches_done)`` (from a training loop that consumed that many batches of
@@ -68,11 +70,13 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
                  columns: list[str] | None = None, world_size: int | None = None,
                  rank: int | None = None, drop_remainder: bool = True,
                  tokenizer: str | None = None, pad_id: int = 0,
-                 window: int = DEFAULT_WINDOW, block: int | None = None) -> None:
+                 window: int = DEFAULT_WINDOW, block: int | None = None,
+                 reader: ReaderOptions | None = None) -> None:
         super().__init__()
         if batch_size is None and max_tokens is None:
             raise InputError("give batch_size (rows per batch) or max_tokens (a token budget)")
         self.path = str(path)
+        self.reader = reader
         self.batch_size = batch_size
         self.max_tokens = max_tokens
         self.window = window
@@ -86,7 +90,7 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         self.rank = rank if rank is not None else default_rank
         if not 0 <= self.rank < self.world_size:
             raise InputError(f"rank {self.rank} is outside a world of {self.world_size}")
-        dataset = open_dataset(self.path)
+        dataset = open_dataset(self.path, reader=reader)
         names = [f.name for f in dataset.schema]
         texts = list(text_columns(dataset.kind))  # type: ignore[arg-type]
         self.token_columns = [id_column(c) for c in texts if id_column(c) in names] \
@@ -102,8 +106,7 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
             raise InputError("max_tokens needs token-id columns to size rows: run "
                              "`spr-data tokenize` on the dataset first")
         self.rows = len(dataset)
-        self.manifest_digest = "sha256:" + hashlib.sha256(
-            (Path(self.path) / MANIFEST_NAME).read_bytes()).hexdigest()
+        self.manifest_digest = dataset.manifest_digest
         self.epoch = 0
         self._start_batch = 0
         self._next_batch = 0
@@ -125,7 +128,7 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
 
     def _open(self) -> Dataset:
         if self._dataset is None:  # opened in each worker process: memory maps do not pickle
-            self._dataset = open_dataset(self.path)
+            self._dataset = open_dataset(self.path, reader=self.reader)
         return self._dataset
 
     def _plan(self, workers: int) -> EpochPlan | TokenPlan:
@@ -239,9 +242,10 @@ def to_device(batch: dict[str, Any], device: torch.device | str) -> dict[str, An
 class SprMapDataset(torch.utils.data.Dataset[dict[str, Any]]):
     """Map-style access for any sampler: ``ds[i]`` is row ``i`` as a dict (with its ``id``)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, reader: ReaderOptions | None = None) -> None:
         self.path = str(path)
-        self._rows = len(open_dataset(self.path))
+        self.reader = reader
+        self._rows = len(open_dataset(self.path, reader=reader))
         self._dataset: Dataset | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -252,7 +256,7 @@ class SprMapDataset(torch.utils.data.Dataset[dict[str, Any]]):
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         if self._dataset is None:
-            self._dataset = open_dataset(self.path)
+            self._dataset = open_dataset(self.path, reader=self.reader)
         return self._dataset[index]
 
 

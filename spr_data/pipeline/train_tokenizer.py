@@ -25,6 +25,7 @@ import pyarrow as pa
 from spr_data.errors import InputError, OutputError
 from spr_data.fsio import atomic_write_bytes
 from spr_data.qa.scripts import normalize_lang, profile
+from spr_data.reader import ReaderOptions
 
 __all__ = ["KINDS", "MARK_AWARE_PATTERN", "TrainResult", "iter_segments", "train_tokenizer"]
 
@@ -39,17 +40,19 @@ HOLD_OUT_EVERY = 100
 MAX_HELD_OUT = 20_000
 
 
-def iter_segments(inputs: Sequence[str | Path]) -> Iterator[tuple[str, str]]:
+def iter_segments(inputs: Sequence[str | Path],
+                  reader: ReaderOptions | None = None) -> Iterator[tuple[str, str]]:
     """``(text, language)`` for every segment of datasets (each text column) or text files,
-    streamed a batch at a time."""
+    streamed a batch at a time through the retrying reader (a NAS blip is retried, never an
+    EOF that ends the trainer's stream)."""
     from spr_data.dataset import open_dataset
     from spr_data.pipeline.sources import iter_text_lines, langs_from_name
     from spr_data.schema import text_columns
 
     for item in inputs:
         path = Path(item)
-        if path.is_dir():
-            ds = open_dataset(path)
+        if "://" in str(item) or path.is_dir():
+            ds = open_dataset(str(item), reader=reader)
             columns = text_columns(ds.kind)  # type: ignore[arg-type]
             for batch in ds.iter_batches(_BATCH):
                 for i, column in enumerate(columns):
@@ -72,10 +75,11 @@ def _groups_of(texts: list[str], langs: list[str], by: str) -> list[str]:
     return [str(s) for s in profile(pa.array(texts, pa.string())).dominant_script()]
 
 
-def _batched(inputs: Sequence[str | Path]) -> Iterator[tuple[list[str], list[str]]]:
+def _batched(inputs: Sequence[str | Path],
+             reader: ReaderOptions | None) -> Iterator[tuple[list[str], list[str]]]:
     texts: list[str] = []
     langs: list[str] = []
-    for text, lang in iter_segments(inputs):
+    for text, lang in iter_segments(inputs, reader):
         texts.append(text)
         langs.append(lang)
         if len(texts) == _BATCH:
@@ -154,8 +158,10 @@ def train_tokenizer(
     alpha: float = 0.3,
     weights: dict[str, float] | None = None,
     seed: int = 0,
+    reader: ReaderOptions | None = None,
 ) -> TrainResult:
-    """Train a tokenizer of ``kind`` on the balanced stream and write it into ``out``."""
+    """Train a tokenizer of ``kind`` on the balanced stream and write it into ``out``;
+    ``reader`` says how datasets are read (network filesystems, retries, a local cache)."""
     if kind not in KINDS:
         raise InputError(f"--kind {kind!r} is not one of {', '.join(KINDS)}")
     if balance not in ("script", "lang", "none"):
@@ -168,7 +174,7 @@ def train_tokenizer(
     except OSError as exc:
         raise OutputError(f"cannot create {out}: {exc.strerror}") from exc
     chars: Counter[str] = Counter()
-    for texts, langs in _batched(inputs):  # pass 1: the groups' sizes
+    for texts, langs in _batched(inputs, reader):  # pass 1: the groups' sizes
         for text, group in zip(texts, _groups_of(texts, langs, balance if balance != "none"
                                                  else "lang"), strict=True):
             chars[group] += len(text)
@@ -184,7 +190,7 @@ def train_tokenizer(
     def stream() -> Iterator[str]:  # pass 2: the balanced stream, deterministic from the seed
         rng = random.Random(seed)
         index = 0
-        for texts, langs in _batched(inputs):
+        for texts, langs in _batched(inputs, reader):
             groups = _groups_of(texts, langs, balance if balance != "none" else "lang")
             for text, lang, group in zip(texts, langs, groups, strict=True):
                 index += 1

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from spr_data.errors import InputError
 from spr_data.qa.scripts import CJK, normalize_lang, profile
+from spr_data.reader import ReaderOptions
 from spr_data.tokenizers import Tokenizer
 
 __all__ = ["TextSource", "chart_html", "fertility_report", "read_sources"]
@@ -52,17 +53,21 @@ class TextSource:
 
 
 def read_sources(inputs: Sequence[str | Path], *, sample: int | None = None,
-                 seed: int = 0) -> list[TextSource]:
-    """Text files (one segment per line; compression, BOM and CRLF handled) or datasets."""
+                 seed: int = 0, reader: ReaderOptions | None = None) -> list[TextSource]:
+    """Text files (one segment per line; compression, BOM and CRLF handled) or datasets
+    (local, on a network filesystem or at an ``http(s)://`` URL, read as ``reader`` says)."""
     from spr_data.pipeline.sources import iter_text_lines, langs_from_name
 
     sources = []
     for item in inputs:
         path = Path(item)
+        if "://" in str(item):
+            sources += _dataset_sources(str(item), reader)
+            continue
         if not path.exists():
             raise InputError(f"input {path} does not exist")
         if path.is_dir():
-            sources += _dataset_sources(path)
+            sources += _dataset_sources(str(path), reader)
             continue
         lines = [line for block in iter_text_lines(path) for line in block]
         langs = langs_from_name(path, "mono")
@@ -76,11 +81,11 @@ def read_sources(inputs: Sequence[str | Path], *, sample: int | None = None,
     return sources
 
 
-def _dataset_sources(path: Path) -> list[TextSource]:
+def _dataset_sources(path: str, reader: ReaderOptions | None) -> list[TextSource]:
     from spr_data.dataset import open_dataset
     from spr_data.schema import text_columns
 
-    ds = open_dataset(path)
+    ds = open_dataset(path, reader=reader)
     out = []
     columns = text_columns(ds.kind)  # type: ignore[arg-type]
     for i, column in enumerate(columns):
@@ -90,7 +95,7 @@ def _dataset_sources(path: Path) -> list[TextSource]:
         seg_langs = None
         if lang is None and f"lid_{side}" in ds.schema.names:  # what clean's langid found
             seg_langs = [x for b in ds.iter_batches() for x in b.column(f"lid_{side}").to_pylist()]
-        out.append(TextSource(f"{path.name}:{column}", lang, texts, seg_langs))
+        out.append(TextSource(f"{Path(path).name}:{column}", lang, texts, seg_langs))
     return out
 
 

@@ -1,0 +1,415 @@
+"""Reads that survive network filesystems: retry what is transient, fail fast on the rest.
+
+A SentencePiece trainer reading from a NAS died on a network blip that surfaced as EOF; NFS
+``EIO``/``ESTALE`` kill training runs; a memory-mapped file whose NFS server blips is a
+SIGBUS, not an exception. Everything spr-data reads from a filesystem that is not a local
+disk goes through :class:`RetryingFile`:
+
+* it knows how many bytes to expect (a manifest gives every shard's size and hash; a raw
+  input its size when opened), so a short read or an early EOF is a fault, not the end;
+* it retries only what is transient (:data:`TRANSIENT_ERRNOS`, dropped connections, HTTP
+  5xx/429, truncated bodies) with exponential backoff, jitter and a deadline; after a fault it
+  reopens the file (a new handle: a stale one is not reused), seeks back and goes on, and
+  logs ``attempt i/N`` with the file and offset;
+* it fails at once, naming the file, on permanent errors (missing, permission denied, a
+  directory), and after the last attempt with the file, offset, attempts and last error.
+
+:func:`fetch_verified` reads a whole shard and checks it against the manifest's hash,
+reading again on a mismatch. Files on a network filesystem are never memory-mapped
+(:func:`is_network_path` reads the mount table); see :mod:`spr_data.cache` for the local copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import http.client
+import io
+import logging
+import os
+import random
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Protocol, TypeVar
+
+from spr_data.errors import DatasetError, InputError
+
+__all__ = [
+    "TRANSIENT_ERRNOS",
+    "FileSystem",
+    "HttpFileSystem",
+    "LocalFileSystem",
+    "ReaderOptions",
+    "RetryPolicy",
+    "RetryingFile",
+    "TransientError",
+    "fetch_verified",
+    "filesystem_for",
+    "is_network_path",
+    "read_all",
+]
+
+log = logging.getLogger("spr_data.reader")
+_T = TypeVar("_T")
+
+#: errors a retry can cure: the network, the server or the client blipped
+TRANSIENT_ERRNOS = frozenset({
+    errno.EIO, errno.ESTALE, errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNABORTED,
+    errno.ENOTCONN, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EAGAIN, errno.EINTR,
+})
+#: filesystem types that live across a network (``fuse.*`` counts too: sshfs, s3fs, gcsfuse…)
+NETWORK_FSTYPES = frozenset({
+    "nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "lustre", "gpfs", "ceph", "glusterfs",
+    "beegfs", "afs", "panfs", "wekafs", "virtiofs",
+})
+_CHUNK = 8 << 20
+
+
+class TransientError(OSError):
+    """A fault that is not an errno but is worth a retry: a dropped connection, an HTTP 5xx
+    or 429, a body shorter than its headers said."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How hard to try: ``attempts`` in all, waits growing from ``base_delay`` ×2 per
+    attempt up to ``max_delay`` (with full jitter), never past ``deadline`` seconds."""
+
+    attempts: int = 8
+    base_delay: float = 0.05
+    max_delay: float = 5.0
+    deadline: float = 300.0
+
+    def wait(self, attempt: int, rng: random.Random) -> float:
+        return rng.uniform(0, min(self.max_delay, self.base_delay * 2 ** (attempt - 1)))
+
+
+class FileSystem(Protocol):
+    """Where bytes come from: local paths, or a server."""
+
+    def open(self, path: str) -> BinaryIO:
+        """A new seekable binary handle (every call: a stale handle is never reused)."""
+        ...
+
+    def size(self, path: str) -> int:
+        ...
+
+    def is_network(self, path: str) -> bool:
+        """Whether ``path`` crosses a network (then it is never memory-mapped)."""
+        ...
+
+
+class LocalFileSystem:
+    """Paths of this machine's filesystems, NFS/SMB/FUSE mounts included.
+
+    ``network`` declares every path networked (True) or local (False); by default the mount
+    table decides.
+    """
+
+    def __init__(self, network: bool | None = None) -> None:
+        self.network = network
+
+    def open(self, path: str) -> BinaryIO:
+        return open(path, "rb", buffering=0)
+
+    def size(self, path: str) -> int:
+        return os.stat(path).st_size
+
+    def is_network(self, path: str) -> bool:
+        return self.network if self.network is not None else is_network_path(path)
+
+
+def _mounts(table: str) -> list[tuple[str, str]]:
+    out = []
+    for line in table.splitlines():
+        parts = line.split()
+        if len(parts) >= 3:  # device, mount point (octal escapes), type
+            out.append((parts[1].encode().decode("unicode_escape"), parts[2]))
+    return out
+
+
+def is_network_path(path: str | Path, mount_table: str | None = None) -> bool:
+    """Whether ``path`` is on a network filesystem, by the type of its mount (Linux's
+    ``/proc/mounts``; elsewhere, False)."""
+    if mount_table is None:
+        try:
+            mount_table = Path("/proc/mounts").read_text()
+        except OSError:
+            return False
+    target = os.path.realpath(path)
+    best, fstype = "", ""
+    for point, kind in _mounts(mount_table):
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, fstype = point, kind
+    return fstype in NETWORK_FSTYPES or fstype.startswith("fuse.")
+
+
+class _HttpFile(io.RawIOBase):
+    """A read-only, seekable view of one URL through HTTP range requests."""
+
+    def __init__(self, url: str, timeout: float) -> None:
+        self.url, self.timeout, self.pos = url, timeout, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if whence != 0:
+            raise io.UnsupportedOperation("only absolute seeks")
+        self.pos = offset
+        return offset
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        want = len(buffer)
+        if want == 0:
+            return 0
+        request = urllib.request.Request(
+            self.url, headers={"Range": f"bytes={self.pos}-{self.pos + want - 1}"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                if response.status == 200 and self.pos:
+                    raise InputError(f"{self.url}: the server ignores range requests; serve "
+                                     "the dataset with one that supports them (nginx, "
+                                     "caddy, any object store)")
+                data = response.read(want)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 416:  # the range starts at or past the end
+                return 0
+            raise _http_error(self.url, exc.code) from exc
+        except (http.client.IncompleteRead, ConnectionError, TimeoutError,
+                urllib.error.URLError, http.client.HTTPException) as exc:
+            raise TransientError(f"{self.url}: {exc}") from exc
+        buffer[:len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
+def _http_error(url: str, code: int) -> OSError:
+    if code in (429, 500, 502, 503, 504) or code >= 500:
+        return TransientError(f"{url}: HTTP {code}")
+    if code in (401, 403):
+        return PermissionError(errno.EACCES, f"HTTP {code}", url)
+    if code == 404:
+        return FileNotFoundError(errno.ENOENT, "HTTP 404", url)
+    return OSError(errno.EIO, f"HTTP {code}", url)
+
+
+class HttpFileSystem:
+    """``http(s)://`` URLs read with range requests (the standard library; no extra
+    dependency). Every URL counts as networked."""
+
+    def __init__(self, timeout: float = 30.0) -> None:
+        self.timeout = timeout
+
+    def open(self, path: str) -> BinaryIO:
+        return _HttpFile(path, self.timeout)  # type: ignore[return-value]
+
+    def size(self, path: str) -> int:
+        request = urllib.request.Request(path, method="HEAD")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                length = response.headers.get("Content-Length")
+        except urllib.error.HTTPError as exc:
+            raise _http_error(path, exc.code) from exc
+        except (ConnectionError, TimeoutError, urllib.error.URLError,
+                http.client.HTTPException) as exc:
+            raise TransientError(f"{path}: {exc}") from exc
+        if length is None:
+            raise OSError(errno.EIO, "no Content-Length", path)
+        return int(length)
+
+    def is_network(self, path: str) -> bool:
+        return True
+
+
+def filesystem_for(path: str | Path) -> FileSystem:
+    """The filesystem a path or URL names."""
+    text = str(path)
+    if text.startswith(("http://", "https://")):
+        return HttpFileSystem()
+    if "://" in text:
+        raise InputError(f"{text}: only local paths and http(s):// URLs are readable (mount "
+                         "other stores, e.g. s3fs or gcsfuse, and give the path)")
+    return LocalFileSystem()
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, TransientError | ConnectionError | TimeoutError):
+        return True
+    return isinstance(exc, OSError) and exc.errno in TRANSIENT_ERRNOS
+
+
+def _is_permanent(exc: BaseException) -> bool:
+    return isinstance(exc, FileNotFoundError | PermissionError | IsADirectoryError
+                      | NotADirectoryError)
+
+
+class RetryingFile(io.RawIOBase):
+    """A read-only, seekable file that retries transient faults (see the module docstring).
+
+    ``size`` is what the file must hold (default: its size when opened); reading stops there,
+    and a read that ends before it is a fault.
+    """
+
+    def __init__(self, fs: FileSystem, path: str, *, size: int | None = None,
+                 policy: RetryPolicy | None = None, seed: int | None = None) -> None:
+        self.fs, self.path = fs, path
+        self.policy = policy or RetryPolicy()
+        self._rng = random.Random(seed)
+        self._handle: BinaryIO | None = None
+        self.pos = 0
+        self.retries = 0  # faults survived, for reports and tests
+        self.expected = size if size is not None else self._call(lambda: fs.size(path), 0)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.pos, 2: self.expected}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        want = min(len(buffer), self.expected - self.pos)
+        if want <= 0:
+            return 0
+        data = self._call(lambda: self._read_once(want), self.pos)
+        buffer[:len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+    def _read_once(self, want: int) -> bytes:
+        if self._handle is None:
+            self._handle = self.fs.open(self.path)
+            self._handle.seek(self.pos)
+        data = self._handle.read(want)
+        if not data:  # the manifest (or the size at open) says there is more
+            raise TransientError(errno.EIO, f"early EOF at byte {self.pos} of "
+                                 f"{self.expected}", self.path)
+        return data
+
+    def _call(self, read: Callable[[], _T], offset: int) -> _T:
+        started = time.monotonic()
+        attempt = 1
+        while True:
+            try:
+                return read()
+            except Exception as exc:
+                self._drop_handle()
+                if _is_permanent(exc):
+                    raise InputError(f"cannot read {self.path}: "
+                                     f"{getattr(exc, 'strerror', None) or exc}") from exc
+                if not _is_transient(exc):
+                    raise
+                out_of_time = time.monotonic() - started >= self.policy.deadline
+                if attempt >= self.policy.attempts or out_of_time:
+                    raise DatasetError(
+                        f"cannot read {self.path} at byte {offset}: {attempt} attempts failed"
+                        f"{' (deadline reached)' if out_of_time else ''}; last error: "
+                        f"{_describe(exc)}") from exc
+                log.warning("%s at byte %d: %s; attempt %d/%d", self.path, offset,
+                            _describe(exc), attempt + 1, self.policy.attempts)
+                self.retries += 1
+                time.sleep(self.policy.wait(attempt, self._rng))
+                attempt += 1
+
+    def _drop_handle(self) -> None:
+        if self._handle is not None:
+            with contextlib.suppress(OSError):
+                self._handle.close()
+            self._handle = None
+
+    def close(self) -> None:
+        self._drop_handle()
+        super().close()
+
+
+def _describe(exc: BaseException) -> str:
+    code = getattr(exc, "errno", None)
+    name = errno.errorcode.get(code, "") if isinstance(code, int) else ""
+    text = getattr(exc, "strerror", None) or str(exc)
+    return f"{name} ({text})" if name else text
+
+
+def read_all(file: RetryingFile) -> bytearray:
+    """Every expected byte of ``file``, into one buffer."""
+    out = bytearray(file.expected)
+    view = memoryview(out)
+    file.seek(0)
+    done = 0
+    while done < file.expected:
+        got = file.readinto(view[done:done + _CHUNK])
+        if got == 0:
+            break
+        done += got
+    return out
+
+
+def fetch_verified(fs: FileSystem, path: str, *, size: int, sha256: str | None,
+                   policy: RetryPolicy | None = None, rereads: int = 3,
+                   sink: BinaryIO | None = None) -> bytearray:
+    """Shard ``path`` in full, checked against its manifest hash (``"sha256:<hex>"``), read
+    again on a mismatch (a flipped bit in transit); a mismatch that persists is reported with
+    the shard's name. With ``sink``, the verified bytes are also written there."""
+    for attempt in range(1, rereads + 1):
+        with RetryingFile(fs, path, size=size, policy=policy) as f:
+            data = read_all(f)
+        if sha256 is None or sha256 == "" or \
+                "sha256:" + hashlib.sha256(data).hexdigest() == sha256:
+            if sink is not None:
+                sink.write(data)
+            return data
+        log.warning("%s: checksum mismatch; reading it again (%d/%d)", path, attempt + 1,
+                    rereads)
+    raise DatasetError(f"shard {path}: its bytes do not match the manifest's hash after "
+                       f"{rereads} reads; the file is corrupt (run spr-data verify where it "
+                       "lives, or restore it)")
+
+
+VERIFY_MODES = ("remote", "always", "never")
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """How a dataset's shards are read (see :func:`spr_data.open_dataset`).
+
+    ``filesystem`` defaults to the one the path names (local, or ``http(s)://``); ``retry``
+    to :class:`RetryPolicy`'s defaults. A dataset on a network filesystem is never mapped:
+    with ``cache_dir`` its shards are copied there (``cache_limit`` bytes at most, least
+    recently used evicted, the next shards prefetched) and the copies are mapped; without,
+    each shard is read whole through the retrying reader (``max_in_memory`` kept at once).
+    ``verify``: ``"remote"`` checks every byte that crossed the network against the
+    manifest's hash; ``"always"`` also hashes local shards once when first opened;
+    ``"never"`` skips both.
+    """
+
+    filesystem: FileSystem | None = None
+    retry: RetryPolicy | None = None
+    cache_dir: str | None = None
+    cache_limit: int | None = None
+    verify: str = "remote"
+    max_in_memory: int = 4
+
+    def __post_init__(self) -> None:
+        if self.verify not in VERIFY_MODES:
+            raise InputError(f"verify={self.verify!r}: expected one of {', '.join(VERIFY_MODES)}")
+        if self.max_in_memory < 1:
+            raise InputError("max_in_memory must be at least 1")
