@@ -33,6 +33,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol, TypeVar
@@ -291,20 +292,22 @@ class RetryingFile(io.RawIOBase):
         want = min(len(buffer), self.expected - self.pos)
         if want <= 0:
             return 0
-        data = self._call(lambda: self._read_once(want), self.pos)
-        buffer[:len(data)] = data
-        self.pos += len(data)
-        return len(data)
+        view = memoryview(buffer).cast("B")[:want]
+        got = self._call(lambda: self._read_once(view), self.pos)
+        self.pos += got
+        return got
 
-    def _read_once(self, want: int) -> bytes:
+    def _read_once(self, view: memoryview) -> int:
+        """One read straight into ``view`` (a failed attempt's bytes are overwritten by the
+        next, at the same offset)."""
         if self._handle is None:
             self._handle = self.fs.open(self.path)
             self._handle.seek(self.pos)
-        data = self._handle.read(want)
-        if not data:  # the manifest (or the size at open) says there is more
+        got = self._handle.readinto(view)  # type: ignore[attr-defined]
+        if not got:  # the manifest (or the size at open) says there is more
             raise TransientError(errno.EIO, f"early EOF at byte {self.pos} of "
                                  f"{self.expected}", self.path)
-        return data
+        return int(got)
 
     def _call(self, read: Callable[[], _T], offset: int) -> _T:
         started = time.monotonic()
@@ -363,6 +366,30 @@ def read_all(file: RetryingFile) -> bytearray:
     return out
 
 
+def _read_hashing(file: RetryingFile, hashing: bool) -> tuple[bytearray, str | None]:
+    """Every expected byte of ``file`` and their sha256, each chunk hashed in a helper thread
+    while the next is read (hashlib lets go of the GIL on big buffers)."""
+    out = bytearray(file.expected)
+    if not hashing:
+        return read_all(file), None
+    view = memoryview(out)
+    digest = hashlib.sha256()
+    with ThreadPoolExecutor(1) as pool:
+        pending: Future[None] | None = None
+        done = 0
+        while done < file.expected:
+            got = file.readinto(view[done:done + _CHUNK])
+            if got == 0:
+                break
+            if pending is not None:
+                pending.result()
+            pending = pool.submit(digest.update, view[done:done + got])
+            done += got
+        if pending is not None:
+            pending.result()
+    return out, digest.hexdigest()
+
+
 def fetch_verified(fs: FileSystem, path: str, *, size: int, sha256: str | None,
                    policy: RetryPolicy | None = None, rereads: int = 3,
                    sink: BinaryIO | None = None) -> bytearray:
@@ -371,9 +398,8 @@ def fetch_verified(fs: FileSystem, path: str, *, size: int, sha256: str | None,
     the shard's name. With ``sink``, the verified bytes are also written there."""
     for attempt in range(1, rereads + 1):
         with RetryingFile(fs, path, size=size, policy=policy) as f:
-            data = read_all(f)
-        if sha256 is None or sha256 == "" or \
-                "sha256:" + hashlib.sha256(data).hexdigest() == sha256:
+            data, digest = _read_hashing(f, sha256 not in (None, ""))
+        if digest is None or "sha256:" + digest == sha256:
             if sink is not None:
                 sink.write(data)
             return data

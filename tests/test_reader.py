@@ -206,7 +206,7 @@ def test_the_training_iterator_reads_through_faults_in_its_workers(multi30k: Pat
     def ids(**options: object) -> list[list[int]]:
         ds = torch_data.SprIterableDataset(multi30k, batch_size=256, seed=2, columns=["src"],
                                            **options)
-        return [b["ids"].tolist() + [hash(tuple(b["src"]))]
+        return [[*b["ids"].tolist(), hash(tuple(b["src"]))]
                 for b in DataLoader(ds, batch_size=None, num_workers=2)]
 
     faulty = ReaderOptions(filesystem=FaultyFileSystem(rate=0.01, seed=3), retry=FAST)
