@@ -135,6 +135,13 @@ class ShardCache:
             if not pid.isdigit() or not _alive(int(pid)):
                 part.unlink(missing_ok=True)
 
+    def drain(self) -> None:
+        """Wait until every queued prefetch has finished."""
+        with self._lock:
+            pending = list(self._pending.values())
+        for future in pending:
+            future.result()
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)

@@ -255,3 +255,60 @@ def test_ingest_of_raw_inputs_survives_nas_faults(corpora: Path, tmp_path: Path,
     assert sum(fs.injected.values()) >= 10
     for shard in sorted((tmp_path / "clean").glob("shard-*.arrow")):
         assert shard.read_bytes() == (tmp_path / "faulty" / shard.name).read_bytes()
+
+
+def test_the_cache_prefetches_the_next_shards(multi30k: Path, tmp_path: Path):
+    ds = open_dataset(multi30k, filesystem=LocalFileSystem(network=True),
+                      cache_dir=tmp_path / "c")
+    ds.take([10])  # shard 0
+    assert ds._cache is not None
+    ds._cache.drain()  # waits for the background copies
+    manifest = open_dataset(multi30k).manifest
+    cached = {p.stem for p in (tmp_path / "c").glob("*.arrow")}
+    assert cached == {s.hash.removeprefix("sha256:") for s in manifest.shards[:3]}
+
+
+KILLED_COPY = """
+import sys, time
+from spr_data.cache import ShardCache
+from spr_data.dataset import open_dataset
+from spr_data.reader import LocalFileSystem
+
+class Slow(LocalFileSystem):
+    def open(self, path):
+        f = super().open(path)
+        class Dribble:
+            def seek(self, *a): return f.seek(*a)
+            def readinto(self, b):
+                time.sleep(0.05)
+                return f.readinto(memoryview(b)[:4096])
+            def close(self): f.close()
+        return Dribble()
+
+ds = open_dataset(sys.argv[1])
+info = ds.manifest.shards[0]
+ShardCache(sys.argv[2], prefetch=0).get(Slow(), sys.argv[1] + "/" + info.file, info)
+"""
+
+
+def test_a_copy_killed_by_sigkill_leaves_nothing_that_is_used(multi30k: Path, tmp_path: Path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cache_dir = tmp_path / "c"
+    child = subprocess.Popen([sys.executable, "-c", KILLED_COPY, str(multi30k), str(cache_dir)])
+    deadline = time.monotonic() + 60
+    while not list(cache_dir.glob("*.part-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # some bytes written, far from all
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    parts = list(cache_dir.glob("*.part-*"))
+    assert parts and not list(cache_dir.glob("*.arrow"))
+    shard = open_dataset(multi30k).manifest.shards[0]
+    cache = ShardCache(cache_dir, prefetch=0)  # the dead process's part file goes
+    assert not any(p.exists() for p in parts)
+    path = cache.get(LocalFileSystem(network=True), str(multi30k / shard.file), shard)
+    assert path.read_bytes() == (multi30k / shard.file).read_bytes()

@@ -1,0 +1,208 @@
+"""Training guards: the arbiter names parameters that do not learn; the guard stops the NaN
+chain and sends the poisoned rows back to ``clean``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+
+from spr_data.train import (  # noqa: E402
+    FiniteStepGuard,
+    GradientFlowError,
+    TrainingDiverged,
+    assert_gradient_flow,
+    check_gradient_flow,
+)
+
+
+class Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(50, 16)
+        self.hidden = nn.Linear(16, 16)
+        self.out = nn.Linear(16, 50, bias=False)
+        self.out.weight = self.embed.weight  # tied
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.tanh(self.hidden(self.embed(x))))
+
+
+def lm_loss(model: nn.Module) -> torch.Tensor:
+    torch.manual_seed(0)
+    x = torch.randint(0, 50, (4, 7))
+    return nn.functional.cross_entropy(model(x).reshape(-1, 50), x.reshape(-1))
+
+
+def test_a_healthy_model_passes_and_tied_weights_are_named_together():
+    torch.manual_seed(0)
+    flow = check_gradient_flow(Tiny(), lm_loss)
+    assert flow == {"embed.weight (= out.weight)": "ok", "hidden.weight": "ok",
+                    "hidden.bias": "ok"}
+    assert_gradient_flow(Tiny(), lm_loss)
+
+
+def test_a_parameter_detached_in_forward_is_missing():
+    class Detached(Tiny):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = nn.functional.linear(self.embed(x), self.hidden.weight.detach(), self.hidden.bias)
+            return self.out(torch.tanh(h))
+
+    with pytest.raises(GradientFlowError, match=r"hidden.weight: missing"):
+        assert_gradient_flow(Detached(), lm_loss)
+
+
+def test_a_parameter_unused_in_forward_is_missing_unless_allowed():
+    class Unused(Tiny):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pooler = nn.Linear(16, 16)
+
+    with pytest.raises(GradientFlowError) as caught:
+        assert_gradient_flow(Unused(), lm_loss)
+    assert "pooler.weight: missing" in str(caught.value) and "pooler.bias" in str(caught.value)
+    assert "hidden" not in str(caught.value)
+    assert_gradient_flow(Unused(), lm_loss, allow_unused=["pooler.*"])
+
+
+class ZeroGradKernel(torch.autograd.Function):
+    """A 'fused kernel' with a correct forward and a backward that returns zeros."""
+
+    @staticmethod
+    def forward(ctx, x, weight):  # type: ignore[no-untyped-def]
+        return x @ weight.t()
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[no-untyped-def]
+        return grad @ torch.zeros(16, 16), torch.zeros(16, 16)
+
+
+def test_a_kernel_that_returns_zero_gradients_is_caught_while_the_loss_still_falls():
+    class Fused(Tiny):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = ZeroGradKernel.apply(self.embed(x), self.hidden.weight) + self.hidden.bias
+            return self.out(torch.tanh(h))
+
+    flow = check_gradient_flow(Fused(), lm_loss)
+    assert flow["hidden.weight"] == "zero" and flow["hidden.bias"] == "ok"
+    with pytest.raises(GradientFlowError, match=r"hidden\.weight: zero"):
+        assert_gradient_flow(Fused(), lm_loss)
+
+
+def test_a_nan_producing_op_is_non_finite():
+    class Nan(Tiny):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.hidden(self.embed(x))
+            return self.out(torch.sqrt(h - 100.0) * 0 + h)  # sqrt of negatives: NaN gradient
+
+    with pytest.raises(GradientFlowError, match=r"hidden\.weight: non_finite"):
+        assert_gradient_flow(Nan(), lm_loss)
+
+
+def poisoned_setup():
+    """A regressor, a clean batch, and a batch of junk rows whose gradients are huge but
+    finite in fp32 — until a loss scaler multiplies them past the fp32 range."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+    clean = (torch.randn(16, 8), torch.randn(16, 1))
+    junk = (torch.full((4, 8), 3e17), torch.zeros(4, 1))
+    return model, clean, junk
+
+
+def scaled_backward(model, scaler, batch):  # type: ignore[no-untyped-def]
+    x, y = batch
+    loss = nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    return loss
+
+
+def test_without_the_guard_the_nan_chain_ruins_the_model():
+    model, clean, junk = poisoned_setup()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    for batch in (clean, junk):  # the standard sequence: unscale, clip, step
+        scaled_backward(model, scaler, batch)
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+    assert any(not torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_the_guard_skips_the_poisoned_step_and_quarantines_its_rows(tmp_path: Path):
+    model, clean, junk = poisoned_setup()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    guard = FiniteStepGuard(model, opt, scaler=scaler, max_norm=1.0,
+                            quarantine=tmp_path / "q.jsonl")
+    scaled_backward(model, scaler, clean)
+    assert guard.step(row_ids=torch.arange(16))
+    before = [p.detach().clone() for p in model.parameters()]
+    scale = scaler.get_scale()
+    loss = scaled_backward(model, scaler, junk)
+    assert not guard.step(loss, row_ids=torch.tensor([101, 202, 303, 404]))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    assert all(p.grad is None for p in model.parameters())
+    assert scaler.get_scale() < scale  # the scaler saw the overflow
+    for _ in range(3):  # training goes on, finite
+        scaled_backward(model, scaler, clean)
+        assert guard.step(row_ids=torch.arange(16))
+        opt.zero_grad(set_to_none=True)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    record = json.loads((tmp_path / "q.jsonl").read_text())
+    assert record["row_ids"] == [101, 202, 303, 404] and record["step"] == 1
+    assert "0.weight" in record["nonfinite_params"] and guard.skipped == 1
+
+
+def test_bf16_without_a_scaler_is_guarded_too(tmp_path: Path):
+    model, _, junk = poisoned_setup()
+    model = model.to(torch.bfloat16)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = FiniteStepGuard(model, opt, quarantine=tmp_path / "q.jsonl")
+    x, y = junk
+    nn.functional.mse_loss(model(x.to(torch.bfloat16) * 1e20), y.to(torch.bfloat16)).backward()
+    assert not guard.step(row_ids=[7, 8])
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_a_run_that_keeps_skipping_is_stopped():
+    model, _, junk = poisoned_setup()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = FiniteStepGuard(model, opt, max_consecutive_skips=3)
+    x, y = junk
+    with pytest.raises(TrainingDiverged, match="3 steps in a row"):
+        for _ in range(5):
+            nn.functional.mse_loss(model(x * 1e25), y).backward()
+            guard.step()
+
+
+def test_the_guards_quarantine_flows_back_into_clean(corpora: Path, tmp_path: Path):
+    from spr_data import ingest, open_dataset
+    from spr_data.pipeline.torch_data import SprIterableDataset
+    from tests.conftest import run_cli
+
+    ingest([corpora / "parallel/tatoeba_manythings_eng-ben.tsv"], tmp_path / "ds",
+           langs=["en", "bn"])
+    batch = next(iter(SprIterableDataset(tmp_path / "ds", batch_size=6, seed=1)))
+    model, _, junk = poisoned_setup()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = FiniteStepGuard(model, opt, quarantine=tmp_path / "q.jsonl")
+    x, y = junk
+    nn.functional.mse_loss(model(x * 1e25), y).backward()  # the batch's junk rows blow up
+    assert not guard.step(row_ids=batch["ids"])
+    result = run_cli("clean", tmp_path / "ds", "--out", tmp_path / "clean", "--quarantine",
+                     tmp_path / "q.jsonl", "--workers", "1", "--quiet")
+    assert result.exit_code == 0, result.stderr
+    rejects = open_dataset(tmp_path / "clean/rejects").take(range(len(
+        open_dataset(tmp_path / "clean/rejects")))).to_pylist()
+    quarantined = sorted(r["id"] for r in rejects if r["reason"] == "quarantined")
+    assert quarantined == sorted(batch["ids"].tolist())
+    kept = open_dataset(tmp_path / "clean")
+    assert not set(batch["ids"].tolist()) & set(kept.take(range(len(kept))).column("id")
+                                                .to_pylist())
