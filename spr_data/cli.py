@@ -158,7 +158,7 @@ def ingest(
 @app.command()
 @_reports_errors
 def clean(
-    dataset: Annotated[Path, typer.Argument(help="Dataset directory to clean.")],
+    dataset: Annotated[str, typer.Argument(help="Dataset directory or URL to clean.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the kept rows.")],
     recipe: Annotated[Path | None, typer.Option(
         "--recipe", help="TOML recipe (default: built-in defaults for the languages).")] = None,
@@ -168,6 +168,8 @@ def clean(
         "--quarantine", help="JSONL of row ids to reject as 'quarantined'.")] = None,
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Replace an existing output or an unfinished run.")] = False,
+    retries: RetriesOption = 8,
+    cache_dir: CacheDirOption = None,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -176,7 +178,8 @@ def clean(
 
     with console.progress_steps(enabled=not quiet) as progress:
         report = run_clean(dataset, out, recipe=recipe, workers=workers, quarantine=quarantine,
-                           overwrite=overwrite, on_progress=progress)
+                           overwrite=overwrite, on_progress=progress,
+                           reader=_reader(retries, cache_dir))
     if as_json:
         data = report.to_json()
         data.pop("distributions", None)  # the full histograms are in report.json
@@ -203,7 +206,7 @@ def clean(
 @app.command()
 @_reports_errors
 def tokenize(
-    dataset: Annotated[Path, typer.Argument(help="Dataset directory to tokenize.")],
+    dataset: Annotated[str, typer.Argument(help="Dataset directory or URL to tokenize.")],
     tokenizer: Annotated[str, typer.Option(
         "--tokenizer", "-t", help="[NAME=]PATH of a SentencePiece .model, HF tokenizer.json, "
         "GPT-2 vocab.json (merges.txt beside it) or tiktoken ranks file.")],
@@ -212,6 +215,8 @@ def tokenize(
         "--workers", min=1, help="Worker processes (default: all cores).")] = None,
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Replace an existing output or an unfinished run.")] = False,
+    retries: RetriesOption = 8,
+    cache_dir: CacheDirOption = None,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -220,7 +225,8 @@ def tokenize(
 
     with console.progress_steps(enabled=not quiet) as progress:
         report = run_tokenize(dataset, out, tokenizer=tokenizer, workers=workers,
-                              overwrite=overwrite, on_progress=progress)
+                              overwrite=overwrite, on_progress=progress,
+                              reader=_reader(retries, cache_dir))
     if as_json:
         console.print_json(report.to_json())
         return
@@ -362,7 +368,7 @@ def train_tokenizer(
 @app.command()
 @_reports_errors
 def audit(
-    dataset: Annotated[Path, typer.Argument(help="Dataset directory.")],
+    dataset: Annotated[str, typer.Argument(help="Dataset directory or URL.")],
     ids_log: Annotated[Path | None, typer.Option(
         "--ids-log", help="Row ids a loader consumed: one per line with '# epoch N' lines "
         "between epochs, or a .npy of one epoch.")] = None,
@@ -382,6 +388,8 @@ def audit(
         "--block", min=2, help="Replay the blocked order (runs of N consecutive rows).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Shuffle seed.")] = 0,
     epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to replay.")] = 1,
+    retries: RetriesOption = 8,
+    cache_dir: CacheDirOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Integrity, accounting through the lineage, distinct content, epoch replay (with
@@ -394,7 +402,8 @@ def audit(
                         batch_size=batch_size if batch_size or max_tokens else 1,
                         max_tokens=max_tokens, seed=seed, epochs=epochs,
                         drop_remainder=not wrap, block=block)
-    report = audit_dataset(dataset, ids_log=ids_log, min_distinct=min_distinct, replay=replay)
+    report = audit_dataset(dataset, ids_log=ids_log, min_distinct=min_distinct, replay=replay,
+                           reader=_reader(retries, cache_dir))
     if as_json:
         console.print_json(report.to_json())
     else:
@@ -434,18 +443,19 @@ def _audit_figures(name: str, check: dict[str, Any]) -> str:
 @app.command()
 @_reports_errors
 def info(
-    dataset: Annotated[Path, typer.Argument(help="Dataset directory.")],
+    dataset: Annotated[str, typer.Argument(help="Dataset directory or URL.")],
     samples: Annotated[int, typer.Option("--samples", min=0, help="Sample rows to show.")] = 3,
+    retries: RetriesOption = 8,
     as_json: JsonOption = False,
 ) -> None:
     """Describe a dataset: rows, shards, kind, languages, rejects, lineage, sample rows."""
     from spr_data.dataset import open_dataset
 
-    ds = open_dataset(dataset)
+    ds = open_dataset(dataset, reader=_reader(retries, None))
     m = ds.manifest
     rows = ds.take(range(min(samples, len(ds)))).to_pylist()
     data = {
-        "path": str(ds.path), "kind": m.kind, "role": m.role, "langs": m.langs,
+        "path": ds.location, "kind": m.kind, "role": m.role, "langs": m.langs,
         "rows": m.rows, "rows_in": m.rows_in, "shards": len(m.shards), "bytes": m.bytes,
         "rejects": m.rejects, "columns": [f.name for f in m.schema],
         "lineage": m.lineage, "samples": [_printable(r) for r in rows],
@@ -479,13 +489,14 @@ def info(
 @app.command()
 @_reports_errors
 def verify(
-    dataset: Annotated[Path, typer.Argument(help="Dataset directory.")],
+    dataset: Annotated[str, typer.Argument(help="Dataset directory or URL.")],
+    retries: RetriesOption = 8,
     as_json: JsonOption = False,
 ) -> None:
     """Re-hash every shard and check rows, bytes, schema and the id partition; exit 1 if not."""
     from spr_data.verify import verify_dataset
 
-    report = verify_dataset(dataset)
+    report = verify_dataset(dataset, reader=_reader(retries, None))
     if as_json:
         console.print_json(report.to_json())
     elif report.ok:

@@ -22,7 +22,13 @@ import pyarrow.compute as pc
 from spr_data.cache import ShardCache
 from spr_data.errors import DatasetError, InputError
 from spr_data.fsio import sha256_file
-from spr_data.manifest import MANIFEST_NAME, Manifest, parse_manifest, read_manifest
+from spr_data.manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    ShardInfo,
+    parse_manifest,
+    read_manifest,
+)
 from spr_data.reader import (
     FileSystem,
     ReaderOptions,
@@ -289,6 +295,21 @@ class Dataset:
                                "local shards only: copy the dataset to local disk first")
         return [self.path / s.file for s in self.manifest.shards]
 
+    def shard_location(self, info: ShardInfo) -> str:
+        """Where a shard of this dataset is read from: a path, or a URL."""
+        return _join(self.location, info.file)
+
+    def local_shard_paths(self, staging: Path) -> list[Path]:
+        """Shard files on local disk, for tasks that map them in other processes: the files
+        themselves for a local dataset; for a networked one, verified copies in the reader's
+        ``cache_dir``, or else in ``staging`` (a stage's work directory)."""
+        if not self.remote:
+            return self.shard_paths
+        cache = ShardCache(self.reader.cache_dir or staging, prefetch=0)
+        fs = self.reader.filesystem or filesystem_for(self.location)
+        return [cache.get(fs, self.shard_location(info), info, self.reader.retry)
+                for info in self.manifest.shards]
+
     @property
     def rejects(self) -> Dataset | None:
         """The dataset of rejected rows that sits beside this one, if any."""
@@ -388,7 +409,7 @@ class Dataset:
 
     def _open_shard(self, k: int) -> _Shard:
         info = self.manifest.shards[k]
-        where = _join(self.location, info.file)
+        where = self.shard_location(info)
         options = self.reader
         if not self.remote:
             if options.verify == "always" and sha256_file(Path(where)) != info.hash:
@@ -401,7 +422,7 @@ class Dataset:
             if self._cache is None:
                 self._cache = ShardCache(options.cache_dir, limit_bytes=options.cache_limit)
             local = self._cache.get(fs, where, info, options.retry)
-            upcoming = [(fs, _join(self.location, s.file), s)
+            upcoming = [(fs, self.shard_location(s), s)
                         for s in self.manifest.shards[k + 1:k + 1 + self._cache.prefetch]]
             self._cache.prefetch_shards(upcoming, options.retry)
             return _Shard(str(local), self.schema)

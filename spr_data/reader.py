@@ -36,12 +36,13 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol, TypeVar
+from typing import Any, BinaryIO, Protocol, TypeVar
 
 from spr_data.errors import DatasetError, InputError
 
 __all__ = [
     "TRANSIENT_ERRNOS",
+    "ArrowFileSystem",
     "FileSystem",
     "HttpFileSystem",
     "LocalFileSystem",
@@ -235,14 +236,91 @@ class HttpFileSystem:
         return True
 
 
+class _ArrowFile(io.RawIOBase):
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return int(self.inner.seek(offset, whence))
+
+    def tell(self) -> int:
+        return int(self.inner.tell())
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        return _arrow_call(lambda: int(self.inner.readinto(buffer)))
+
+    def close(self) -> None:
+        self.inner.close()
+        super().close()
+
+
+def _arrow_call(call: Callable[[], _T]) -> _T:
+    """pyarrow's object-store clients raise a bare OSError for network faults (their own
+    retries exhausted): worth another attempt; a missing file or a refusal is not."""
+    try:
+        return call()
+    except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError):
+        raise
+    except OSError as exc:
+        if exc.errno is None:
+            raise TransientError(str(exc)) from exc
+        raise
+
+
+class ArrowFileSystem:
+    """URLs that pyarrow reads natively: ``s3://``, ``gs://``, ``hdfs://``, ``abfs://``,
+    ``file://``. Their clients retry the network themselves; the ``RetryingFile`` on top adds
+    the size and hash checks, reopening and its own retries. Every URL counts as networked."""
+
+    def __init__(self) -> None:
+        self._clients: dict[str, Any] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_clients": {}}  # each process makes its own clients
+
+    def _resolve(self, url: str) -> tuple[Any, str]:
+        import pyarrow.fs
+
+        scheme = url.split("://", 1)[0]
+        try:
+            client, path = pyarrow.fs.FileSystem.from_uri(url)
+        except (ValueError, OSError) as exc:
+            raise InputError(f"{url}: {exc}") from exc
+        self._clients.setdefault(scheme, client)
+        return client, path
+
+    def open(self, path: str) -> BinaryIO:
+        client, inner = self._resolve(path)
+        return _ArrowFile(_arrow_call(lambda: client.open_input_file(inner)))  # type: ignore[return-value]
+
+    def size(self, path: str) -> int:
+        import pyarrow.fs
+
+        client, inner = self._resolve(path)
+        info = _arrow_call(lambda: client.get_file_info(inner))
+        if info.type == pyarrow.fs.FileType.NotFound:
+            raise FileNotFoundError(errno.ENOENT, "No such file", path)
+        if info.type == pyarrow.fs.FileType.Directory:
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+        return int(info.size)
+
+    def is_network(self, path: str) -> bool:
+        return True
+
+
 def filesystem_for(path: str | Path) -> FileSystem:
     """The filesystem a path or URL names."""
     text = str(path)
     if text.startswith(("http://", "https://")):
         return HttpFileSystem()
     if "://" in text:
-        raise InputError(f"{text}: only local paths and http(s):// URLs are readable (mount "
-                         "other stores, e.g. s3fs or gcsfuse, and give the path)")
+        return ArrowFileSystem()
     return LocalFileSystem()
 
 

@@ -13,9 +13,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spr_data.arrays import unique
-from spr_data.errors import DatasetError
+from spr_data.dataset import Dataset, open_dataset
+from spr_data.errors import DatasetError, InputError
 from spr_data.fsio import sha256_file
-from spr_data.manifest import Manifest, read_manifest
+from spr_data.manifest import Manifest, ShardInfo
+from spr_data.reader import ReaderOptions, fetch_verified, filesystem_for
 from spr_data.schema import ID, REASON
 
 __all__ = ["VerifyReport", "verify_dataset"]
@@ -25,7 +27,7 @@ __all__ = ["VerifyReport", "verify_dataset"]
 class VerifyReport:
     """What ``verify`` found; ``ok`` when the dataset matches its manifest in every respect."""
 
-    path: Path
+    path: Path | str
     rows: int = 0
     shards: int = 0
     problems: list[str] = field(default_factory=list)
@@ -47,25 +49,28 @@ class VerifyReport:
 
 
 def verify_dataset(
-    path: str | Path, *, on_shard: Callable[[str], None] | None = None
+    path: str | Path, *, on_shard: Callable[[str], None] | None = None,
+    reader: ReaderOptions | None = None,
 ) -> VerifyReport:
     """Re-hash every shard and check rows, bytes, schema, ids and reject counts.
 
     Row ids of the rows and of the rejects must be distinct, below the manifest's
     ``id_bound``, and together as many as ``rows_in`` — i.e. they partition the input.
+    A dataset on a network filesystem or URL is read through the retrying reader.
     """
-    root = Path(path)
-    manifest = read_manifest(root)
+    ds = open_dataset(str(path), reader=reader)
+    root, manifest = ds.path, ds.manifest
     seen = np.zeros(manifest.id_bound, dtype=bool)
-    report = _verify_one(root, manifest, seen, on_shard)
+    report = _verify_one(ds, seen, on_shard)
     if manifest.rejects_dir:
         rejects_path = root / manifest.rejects_dir
         try:
-            rejects_manifest = read_manifest(rejects_path)
+            rejects = ds.rejects
         except DatasetError as exc:
             report.problems.append(str(exc))
         else:
-            report.rejects = _verify_one(rejects_path, rejects_manifest, seen, on_shard)
+            assert rejects is not None  # noqa: S101 - the manifest names it
+            report.rejects = _verify_one(rejects, seen, on_shard)
             by_reason = dict(sorted(report.rejects.reasons.items()))
             if report.rejects.ok and by_reason != manifest.rejects:
                 report.problems.append(
@@ -84,29 +89,49 @@ def verify_dataset(
     return report
 
 
-def _verify_one(root: Path, manifest: Manifest, seen: np.ndarray,
+def _remote_source(ds: Dataset, shard: ShardInfo, where: str) -> tuple[Any, str | None]:
+    """A networked shard's verified bytes (never mapped), or the problem reading them."""
+    fs = ds.reader.filesystem or filesystem_for(ds.location)
+    try:
+        data = fetch_verified(fs, ds.shard_location(shard), size=shard.bytes, sha256=shard.hash,
+                              policy=ds.reader.retry)
+    except (DatasetError, InputError) as exc:
+        return None, f"{where} {exc}"
+    return pa.BufferReader(pa.py_buffer(data)), None
+
+
+def _verify_one(ds: Dataset, seen: np.ndarray,
                 on_shard: Callable[[str], None] | None) -> VerifyReport:
-    report = VerifyReport(root, shards=len(manifest.shards))
+    manifest = ds.manifest
+    report = VerifyReport(ds.location, shards=len(manifest.shards))
     has_ids = ID in manifest.schema.names
     for shard in manifest.shards:
         if on_shard is not None:
             on_shard(shard.file)
-        path = root / shard.file
+        path = ds.path / shard.file
         where = f"{path}:"
-        if not path.is_file():
-            report.problems.append(f"{where} missing")
-            continue
-        size = path.stat().st_size
-        if size != shard.bytes:
-            report.problems.append(f"{where} {size} bytes, manifest says {shard.bytes}")
-            continue
-        digest = sha256_file(path)
-        if digest != shard.hash:
-            report.problems.append(f"{where} content hash {digest} differs from the manifest's "
-                                   f"{shard.hash} (the file changed or is corrupt)")
-            continue
+        if ds.remote:
+            source, problem = _remote_source(ds, shard, where)
+            if problem is not None:
+                report.problems.append(problem)
+                continue
+        else:
+            if not path.is_file():
+                report.problems.append(f"{where} missing")
+                continue
+            size = path.stat().st_size
+            if size != shard.bytes:
+                report.problems.append(f"{where} {size} bytes, manifest says {shard.bytes}")
+                continue
+            digest = sha256_file(path)
+            if digest != shard.hash:
+                report.problems.append(f"{where} content hash {digest} differs from the "
+                                       f"manifest's {shard.hash} (the file changed or is "
+                                       "corrupt)")
+                continue
+            source = pa.memory_map(str(path))
         try:
-            with pa.memory_map(str(path)) as source:
+            with source:
                 table = pa.ipc.open_file(source).read_all()
                 problems = _check_table(table, manifest, shard.rows, shard.first_id, seen, has_ids)
         except (OSError, pa.ArrowInvalid) as exc:

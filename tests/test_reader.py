@@ -312,3 +312,32 @@ def test_a_copy_killed_by_sigkill_leaves_nothing_that_is_used(multi30k: Path, tm
     assert not any(p.exists() for p in parts)
     path = cache.get(LocalFileSystem(network=True), str(multi30k / shard.file), shard)
     assert path.read_bytes() == (multi30k / shard.file).read_bytes()
+
+
+def test_pyarrow_urls_read_through_the_retrying_reader(multi30k: Path):
+    url = multi30k.resolve().as_uri()  # file:// here; s3://, gs://, hdfs:// the same way
+    ds = open_dataset(url, retry=FAST)
+    assert ds.remote and ds.location == url
+    assert epoch_bytes(url, retry=FAST) == epoch_bytes(multi30k)
+    with pytest.raises(DatasetError, match="not a readable spr-data dataset"):
+        open_dataset(url + "-missing", retry=FAST)
+
+
+def test_verify_and_clean_read_a_networked_dataset(multi30k: Path, tmp_path: Path):
+    from spr_data.pipeline.clean import clean
+    from spr_data.verify import verify_dataset
+    from tests.test_clean import NO_ALIGN, recipe_file
+
+    fs = FaultyFileSystem(rate=0.01, seed=9)
+    reader = ReaderOptions(filesystem=fs, retry=FAST)
+    report = verify_dataset(multi30k, reader=reader)
+    assert report.ok and report.rows == 29000
+    recipe = recipe_file(tmp_path, NO_ALIGN)
+    clean(multi30k, tmp_path / "remote", recipe=recipe, workers=1, reader=reader)
+    clean(multi30k, tmp_path / "local", recipe=recipe, workers=1)
+    for shard in sorted((tmp_path / "local").glob("shard-*.arrow")):
+        assert shard.read_bytes() == (tmp_path / "remote" / shard.name).read_bytes()
+    assert not (tmp_path / "remote/.work").exists()  # the staged copies went with the work dir
+    fs.flip_always.add(str(multi30k / "shard-00003.arrow"))
+    broken = verify_dataset(multi30k, reader=reader)
+    assert not broken.ok and "shard-00003.arrow" in broken.all_problems()[0]

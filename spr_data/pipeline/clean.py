@@ -34,7 +34,7 @@ from spr_data.arrays import unique
 from spr_data.dataset import Dataset, open_dataset
 from spr_data.errors import DatasetError, InputError, SprDataError
 from spr_data.fsio import TMP_SUFFIX, atomic_write_bytes, sha256_file
-from spr_data.manifest import MANIFEST_NAME, Manifest, ShardInfo, write_manifest
+from spr_data.manifest import Manifest, ShardInfo, write_manifest
 from spr_data.outdir import (
     REJECTS_DIR,
     WORK_DIR,
@@ -44,6 +44,7 @@ from spr_data.outdir import (
 )
 from spr_data.pipeline.executor import LocalExecutor
 from spr_data.pipeline.stage import Stage
+from spr_data.reader import ReaderOptions
 from spr_data.recipe import Recipe, load_recipe
 from spr_data.schema import ID, REASON, text_columns
 from spr_data.writer import shard_name, write_shard_file
@@ -483,15 +484,17 @@ def clean(
     quarantine: str | Path | None = None,
     overwrite: bool = False,
     on_progress: Callable[[str, int, int], None] | None = None,
+    reader: ReaderOptions | None = None,
 ) -> CleanReport:
     """Clean ``dataset`` into ``out`` (kept rows) and ``out/rejects`` (every rejected row).
 
     ``on_progress(step, done, total)`` reports rows done per step (score, decide). A run
     killed at any point resumes where it stopped when started again with the same inputs and
-    recipe.
+    recipe. A dataset on a network filesystem or URL is read as ``reader`` says, its shards
+    copied (verified) to local disk for the workers.
     """
     started = time.perf_counter()
-    source = open_dataset(dataset)
+    source = open_dataset(str(dataset), reader=reader)
     if source.manifest.role != "rows":
         raise DatasetError(f"{dataset} is a rejects dataset; clean its parent instead")
     resolved = (recipe if isinstance(recipe, Recipe)
@@ -503,7 +506,7 @@ def clean(
         raise InputError("--out must differ from the input dataset")
     quarantine_ids = read_quarantine(quarantine) if quarantine is not None else None
     identity = {
-        "input": sha256_file(source.path / MANIFEST_NAME),
+        "input": source.manifest_digest,
         "recipe": resolved.digest,
         "quarantine": None if quarantine is None else sha256_file(Path(quarantine)),
         "tool_version": __version__,
@@ -534,7 +537,8 @@ def _run(source: Dataset, out: Path, work: Path, recipe: Recipe, executor: Local
     langs = source.langs
     unit = unit_rows(len(source))
     spans = [(path, start, min(unit, info.rows - start))
-             for path, info in zip(source.shard_paths, source.manifest.shards, strict=True)
+             for path, info in zip(source.local_shard_paths(work / "shards"),
+                                   source.manifest.shards, strict=True)
              for start in range(0, info.rows, unit)]
     tasks = [_ShardTask(index=u, shard=str(path), offset=start, length=length, work=str(work),
                         out=str(out), recipe=recipe, kind=source.kind, langs=tuple(langs))
@@ -599,8 +603,8 @@ def _finish(source: Dataset, out: Path, work: Path, recipe: Recipe,
     lineage = {
         "stage": "clean", "tool": "spr-data", "version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "parent": {"path": str(source.path),
-                   "manifest_sha256": sha256_file(source.path / MANIFEST_NAME),
+        "parent": {"path": source.location,
+                   "manifest_sha256": source.manifest_digest,
                    "rows": rows_in},
         "recipe": recipe.to_json(), "recipe_hash": recipe.digest,
         "options": {"workers": workers},

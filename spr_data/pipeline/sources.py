@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spr_data.errors import InputError, SprDataError
-from spr_data.reader import LocalFileSystem, RetryingFile, RetryPolicy
+from spr_data.reader import LocalFileSystem, RetryingFile, RetryPolicy, is_network_path
 from spr_data.schema import Kind
 
 __all__ = [
@@ -526,7 +526,7 @@ class ParquetSource(Source):
             while _read(stream, record):
                 pass
         try:
-            pf = pq.ParquetFile(str(record.path), memory_map=True)
+            pf = pq.ParquetFile(str(record.path), memory_map=not is_network_path(record.path))
         except (pa.ArrowInvalid, OSError) as exc:
             raise InputError(f"{record.path} is not a readable Parquet file: {exc}") from exc
         names = self._resolve(pf.schema_arrow)

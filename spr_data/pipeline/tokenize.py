@@ -27,10 +27,11 @@ from spr_data._version import __version__
 from spr_data.dataset import Dataset, open_dataset
 from spr_data.errors import DatasetError, InputError, SprDataError
 from spr_data.fsio import atomic_write_bytes, sha256_file
-from spr_data.manifest import MANIFEST_NAME, Manifest, ShardInfo, write_manifest
+from spr_data.manifest import Manifest, ShardInfo, write_manifest
 from spr_data.outdir import WORK_DIR, check_run, prepare_output, remove_outputs
 from spr_data.pipeline.clean import unit_rows
 from spr_data.pipeline.executor import LocalExecutor
+from spr_data.reader import ReaderOptions
 from spr_data.schema import text_columns
 from spr_data.tokenizers import Tokenizer, load_tokenizer
 from spr_data.writer import shard_name, write_shard_file
@@ -150,14 +151,17 @@ def _tokenize_task(task: _Task) -> dict[str, Any]:
 
 def tokenize(dataset: str | Path, out: str | Path, *, tokenizer: str,
              workers: int | None = None, overwrite: bool = False,
-             on_progress: Callable[[str, int, int], None] | None = None) -> TokenizeReport:
+             on_progress: Callable[[str, int, int], None] | None = None,
+             reader: ReaderOptions | None = None) -> TokenizeReport:
     """Write ``out``: every row of ``dataset`` with token-id columns added.
 
     ``tokenizer`` is what ``load_tokenizer`` takes (``[NAME=]PATH``). A run killed at any
     point resumes where it stopped when started again with the same input and tokenizer.
+    A dataset on a network filesystem or URL is read as ``reader`` says, its shards copied
+    (verified) to local disk for the workers.
     """
     started = time.perf_counter()
-    source = open_dataset(dataset)
+    source = open_dataset(str(dataset), reader=reader)
     if source.manifest.role != "rows":
         raise DatasetError(f"{dataset} is a rejects dataset; tokenize its parent instead")
     out = Path(out)
@@ -174,20 +178,21 @@ def tokenize(dataset: str | Path, out: str | Path, *, tokenizer: str,
     columns = text_columns(source.manifest.kind)
     if not len(source):
         raise DatasetError(f"{dataset} has no rows to tokenize")
-    identity = {"input": sha256_file(source.path / MANIFEST_NAME),
+    identity = {"input": source.manifest_digest,
                 "tokenizer": tokenizer_info["sha256"], "tool_version": __version__}
     created = prepare_output(out, overwrite=overwrite, resume=True)
     work = out / WORK_DIR
     unit = unit_rows(len(source))
-    spans = [(str(path), start, min(unit, info.rows - start))
-             for path, info in zip(source.shard_paths, source.manifest.shards, strict=True)
-             for start in range(0, info.rows, unit)]
-    tasks = [_Task(i, path, start, length, columns, spec, id_type, str(out), str(work))
-             for i, (path, start, length) in enumerate(spans)]
     done = 0
     results: dict[int, dict[str, Any]] = {}
     try:
         check_run(work, identity, overwrite=overwrite)
+        spans = [(str(path), start, min(unit, info.rows - start))
+                 for path, info in zip(source.local_shard_paths(work / "shards"),
+                                       source.manifest.shards, strict=True)
+                 for start in range(0, info.rows, unit)]
+        tasks = [_Task(i, path, start, length, columns, spec, id_type, str(out), str(work))
+                 for i, (path, start, length) in enumerate(spans)]
         with LocalExecutor(workers) as executor:
             for i, stats in executor.map(_tokenize_task, tasks):
                 results[i] = stats
@@ -210,8 +215,8 @@ def tokenize(dataset: str | Path, out: str | Path, *, tokenizer: str,
     lineage = {
         "stage": "tokenize", "tool": "spr-data", "version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "parent": {"path": str(source.path),
-                   "manifest_sha256": sha256_file(source.path / MANIFEST_NAME),
+        "parent": {"path": source.location,
+                   "manifest_sha256": source.manifest_digest,
                    "rows": len(source)},
         "tokenizer": tokenizer_info, "id_type": id_type, "tokens": tokens,
         "options": {"workers": used},

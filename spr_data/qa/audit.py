@@ -17,6 +17,7 @@ import numpy as np
 from spr_data.arrays import unique
 from spr_data.dataset import Dataset, open_dataset
 from spr_data.errors import DatasetError, InputError
+from spr_data.reader import ReaderOptions
 from spr_data.schema import ID, text_columns
 from spr_data.verify import verify_dataset
 
@@ -30,7 +31,7 @@ DEFAULT_MIN_DISTINCT = 0.5
 class AuditReport:
     """Every check with its verdict and figures; ``ok`` when all pass."""
 
-    path: Path
+    path: Path | str
     checks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
@@ -110,13 +111,13 @@ def _all_ids(ds: Dataset) -> np.ndarray:
         if len(ds) else np.zeros(0, dtype=np.uint64)
 
 
-def _check_integrity(path: Path) -> dict[str, Any]:
-    report = verify_dataset(path)
+def _check_integrity(path: Path | str, reader: ReaderOptions | None) -> dict[str, Any]:
+    report = verify_dataset(path, reader=reader)
     return {"ok": report.ok, "rows": report.rows, "shards": report.shards,
             "problems": report.all_problems()}
 
 
-def _check_accounting(ds: Dataset) -> dict[str, Any]:
+def _check_accounting(ds: Dataset, reader: ReaderOptions | None = None) -> dict[str, Any]:
     """Walk the lineage: at each stage the ids in are exactly the ids kept plus rejected."""
     stages = []
     problems: list[str] = []
@@ -131,7 +132,7 @@ def _check_accounting(ds: Dataset) -> dict[str, Any]:
         parent = None
         if isinstance(parent_info, dict) and parent_info.get("path"):
             try:
-                parent = open_dataset(parent_info["path"])
+                parent = open_dataset(parent_info["path"], reader=reader)
             except DatasetError as exc:
                 problems.append(f"{current.path}: its parent {parent_info['path']} cannot be "
                                 f"opened ({exc}); accounting stops there")
@@ -298,14 +299,14 @@ def _check_replay(ds: Dataset, replay: Replay) -> dict[str, Any]:
 
 def audit_dataset(path: str | Path, *, ids_log: str | Path | None = None,
                   min_distinct: float = DEFAULT_MIN_DISTINCT,
-                  replay: Replay | None = None) -> AuditReport:
+                  replay: Replay | None = None,
+                  reader: ReaderOptions | None = None) -> AuditReport:
     """Integrity, accounting through the lineage, content distinctness, and (with
     ``ids_log``) the coverage of a loader's epochs."""
-    root = Path(path)
-    ds = open_dataset(root)
-    report = AuditReport(root)
-    report.checks["integrity"] = _check_integrity(root)
-    report.checks["accounting"] = _check_accounting(ds)
+    ds = open_dataset(str(path), reader=reader)
+    report = AuditReport(ds.location)
+    report.checks["integrity"] = _check_integrity(str(path), reader)
+    report.checks["accounting"] = _check_accounting(ds, reader)
     report.checks["content"] = _check_content(ds, min_distinct)
     if replay is not None:
         report.checks["epoch_replay"] = _check_replay(ds, replay)
