@@ -154,10 +154,10 @@ class FiniteStepGuard:
             total = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
         else:
             total = torch.zeros(())
-        finite = bool(torch.isfinite(total))  # the one host sync
+        norm = float(total)  # the one host sync
         self.steps += 1
-        if finite:
-            self.last_norm = float(total)
+        if math.isfinite(norm):
+            self.last_norm = norm
             if self.max_norm is not None and grads:
                 torch.nn.utils.clip_grads_with_norm_(
                     [p for g in self.optimizer.param_groups for p in g["params"]

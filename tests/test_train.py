@@ -206,3 +206,16 @@ def test_the_guards_quarantine_flows_back_into_clean(corpora: Path, tmp_path: Pa
     kept = open_dataset(tmp_path / "clean")
     assert not set(batch["ids"].tolist()) & set(kept.take(range(len(kept))).column("id")
                                                 .to_pylist())
+
+
+def test_a_run_that_skips_too_often_is_stopped_even_between_good_steps():
+    model, clean, junk = poisoned_setup()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    guard = FiniteStepGuard(model, opt, max_skip_rate=0.05, window=100)
+    with pytest.raises(TrainingDiverged, match=r"of the last 100 steps were skipped"):
+        for step in range(200):
+            x, y = junk if step % 10 == 0 else clean  # one bad batch in ten: 10% > 5%
+            nn.functional.mse_loss(model(x * (1e25 if step % 10 == 0 else 1)), y).backward()
+            guard.step()
+            opt.zero_grad(set_to_none=True)
+    assert guard.consecutive == 1 and guard.skipped == 11  # the 11th skip, at step 100
