@@ -35,14 +35,25 @@ class ShardCache:
         self.directory = Path(directory)
         self.limit_bytes = limit_bytes
         self.prefetch = prefetch
-        self._lock = threading.Lock()
-        self._pending: dict[str, Future[Path]] = {}
-        self._pool: ThreadPoolExecutor | None = None
+        self._reset()
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise OutputError(os_error_message(exc, self.directory)) from exc
         self._remove_dead_parts()
+
+    def _reset(self) -> None:
+        # reentrant: a future that is already done runs its callback at once, in this thread
+        self._lock = threading.RLock()
+        self._pending: dict[str, Future[Path]] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._pid = os.getpid()
+
+    def _check_fork(self) -> None:
+        """A forked child (a DataLoader worker) inherits the pool's futures but not its
+        thread: it starts afresh."""
+        if self._pid != os.getpid():
+            self._reset()
 
     def path_for(self, info: ShardInfo) -> Path:
         if not info.hash.startswith("sha256:"):
@@ -53,6 +64,7 @@ class ShardCache:
     def get(self, fs: FileSystem, path: str, info: ShardInfo,
             policy: RetryPolicy | None = None) -> Path:
         """The local copy of shard ``info`` (read from ``path`` on ``fs``), made if needed."""
+        self._check_fork()
         target = self.path_for(info)
         with self._lock:
             pending = self._pending.get(target.name)
@@ -68,6 +80,7 @@ class ShardCache:
         """Copy these shards in one background thread (at most ``prefetch`` queued)."""
         if self.prefetch <= 0:
             return
+        self._check_fork()
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix="spr-data-prefetch")
@@ -137,6 +150,7 @@ class ShardCache:
 
     def drain(self) -> None:
         """Wait until every queued prefetch has finished."""
+        self._check_fork()
         with self._lock:
             pending = list(self._pending.values())
         for future in pending:

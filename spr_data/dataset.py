@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import itertools
+import logging
 import operator
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     import polars as pl
 
 __all__ = ["Dataset", "open_dataset"]
+
+log = logging.getLogger("spr_data.dataset")
 
 
 #: Above this many indices, Arrow's own ``take`` per shard beats gathering row by row.
@@ -263,6 +266,7 @@ class Dataset:
         self._in_memory: list[int] = []  # remote shards held whole, least recently used first
         self._cache: ShardCache | None = None
         self._digest: str | None = None
+        self._evictions = 0
 
     @property
     def manifest_digest(self) -> str:
@@ -405,6 +409,12 @@ class Dataset:
             self._in_memory.append(k)
             while len(self._in_memory) > self.reader.max_in_memory:
                 self._shards[self._in_memory.pop(0)] = None
+                self._evictions += 1
+                if self._evictions == len(self._shards) + 1:
+                    log.warning("%s: shards are read again and again (%d held in memory of "
+                                "%d); for random access over a networked dataset pass "
+                                "cache_dir, or read it in order (block=)", self.location,
+                                self.reader.max_in_memory, len(self._shards))
         return shard
 
     def _open_shard(self, k: int) -> _Shard:
@@ -421,11 +431,18 @@ class Dataset:
         if options.cache_dir is not None:
             if self._cache is None:
                 self._cache = ShardCache(options.cache_dir, limit_bytes=options.cache_limit)
-            local = self._cache.get(fs, where, info, options.retry)
             upcoming = [(fs, self.shard_location(s), s)
                         for s in self.manifest.shards[k + 1:k + 1 + self._cache.prefetch]]
+            for attempt in range(3):
+                local = self._cache.get(fs, where, info, options.retry)
+                try:
+                    shard = _Shard(str(local), self.schema)
+                    break
+                except DatasetError:  # evicted (by another process) before it was mapped
+                    if local.exists() or attempt == 2:
+                        raise
             self._cache.prefetch_shards(upcoming, options.retry)
-            return _Shard(str(local), self.schema)
+            return shard
         data = fetch_verified(fs, where, size=info.bytes, sha256=sha, policy=options.retry)
         return _Shard(where, self.schema, pa.BufferReader(pa.py_buffer(data)))
 

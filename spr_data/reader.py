@@ -29,6 +29,7 @@ import io
 import logging
 import os
 import random
+import re
 import time
 import urllib.error
 import urllib.request
@@ -130,8 +131,9 @@ def _mounts(table: str) -> list[tuple[str, str]]:
     out = []
     for line in table.splitlines():
         parts = line.split()
-        if len(parts) >= 3:  # device, mount point (octal escapes), type
-            out.append((parts[1].encode().decode("unicode_escape"), parts[2]))
+        if len(parts) >= 3:  # device, mount point (octal escapes: \\040 is a space), type
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), parts[1])
+            out.append((point, parts[2]))
     return out
 
 
@@ -268,6 +270,11 @@ def _arrow_call(call: Callable[[], _T]) -> _T:
     except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError):
         raise
     except OSError as exc:
+        text = str(exc).lower()
+        if any(m in text for m in ("does not exist", "nosuchkey", "not found", "404")):
+            raise FileNotFoundError(errno.ENOENT, str(exc)) from exc
+        if any(m in text for m in ("access denied", "accessdenied", "forbidden", "403")):
+            raise PermissionError(errno.EACCES, str(exc)) from exc
         if exc.errno is None:
             raise TransientError(str(exc)) from exc
         raise
@@ -278,21 +285,13 @@ class ArrowFileSystem:
     ``file://``. Their clients retry the network themselves; the ``RetryingFile`` on top adds
     the size and hash checks, reopening and its own retries. Every URL counts as networked."""
 
-    def __init__(self) -> None:
-        self._clients: dict[str, Any] = {}
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"_clients": {}}  # each process makes its own clients
-
     def _resolve(self, url: str) -> tuple[Any, str]:
         import pyarrow.fs
 
-        scheme = url.split("://", 1)[0]
         try:
             client, path = pyarrow.fs.FileSystem.from_uri(url)
         except (ValueError, OSError) as exc:
             raise InputError(f"{url}: {exc}") from exc
-        self._clients.setdefault(scheme, client)
         return client, path
 
     def open(self, path: str) -> BinaryIO:
@@ -360,7 +359,13 @@ class RetryingFile(io.RawIOBase):
 
     def seek(self, offset: int, whence: int = 0) -> int:
         base = {0: 0, 1: self.pos, 2: self.expected}[whence]
-        self.pos = max(0, base + offset)
+        target = max(0, base + offset)
+        if target != self.pos and self._handle is not None:
+            try:
+                self._handle.seek(target)
+            except OSError:  # the next read reopens at the new position
+                self._drop_handle()
+        self.pos = target
         return self.pos
 
     def tell(self) -> int:
@@ -447,9 +452,9 @@ def read_all(file: RetryingFile) -> bytearray:
 def _read_hashing(file: RetryingFile, hashing: bool) -> tuple[bytearray, str | None]:
     """Every expected byte of ``file`` and their sha256, each chunk hashed in a helper thread
     while the next is read (hashlib lets go of the GIL on big buffers)."""
-    out = bytearray(file.expected)
     if not hashing:
         return read_all(file), None
+    out = bytearray(file.expected)
     view = memoryview(out)
     digest = hashlib.sha256()
     with ThreadPoolExecutor(1) as pool:

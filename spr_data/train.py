@@ -150,8 +150,9 @@ class FiniteStepGuard:
             self.scaler.unscale_(self.optimizer)
         grads = self._grads()
         if grads:
-            norms = torch._foreach_norm(grads, 2.0)
-            total = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
+            # in float32: an fp16 gradient's norm overflows fp16 long before its elements do
+            norms = torch._foreach_norm(grads, 2.0, dtype=torch.float32)
+            total = torch.linalg.vector_norm(torch.stack(norms))
         else:
             total = torch.zeros(())
         norm = float(total)  # the one host sync

@@ -341,3 +341,54 @@ def test_verify_and_clean_read_a_networked_dataset(multi30k: Path, tmp_path: Pat
     fs.flip_always.add(str(multi30k / "shard-00003.arrow"))
     broken = verify_dataset(multi30k, reader=reader)
     assert not broken.ok and "shard-00003.arrow" in broken.all_problems()[0]
+
+
+def test_a_prefetch_that_fails_at_once_does_not_deadlock(multi30k: Path, tmp_path: Path):
+    import threading
+
+    shards = open_dataset(multi30k).manifest.shards
+    fs = FaultyFileSystem(rate=0.0)
+    for s in shards:
+        fs.vanish(str(tmp_path / "gone" / s.file))
+    cache = ShardCache(tmp_path / "c", prefetch=2)
+
+    def hammer() -> None:
+        for _ in range(300):
+            cache.prefetch_shards([(fs, str(tmp_path / "gone" / s.file), s) for s in shards])
+
+    worker = threading.Thread(target=hammer, daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    assert not worker.is_alive()
+
+
+def test_a_forked_loader_worker_reads_through_a_cache_opened_before_the_fork(multi30k: Path,
+                                                                             tmp_path: Path):
+    torch_data = pytest.importorskip("spr_data.pipeline.torch_data")
+    from torch.utils.data import DataLoader
+
+    reader = ReaderOptions(filesystem=LocalFileSystem(network=True),
+                           cache_dir=str(tmp_path / "c"))
+    ds = torch_data.SprMapDataset(multi30k, reader=reader)
+    assert ds[0]["id"] == 0  # opened here: the prefetch thread has work queued
+    loader = DataLoader(ds, batch_size=64, num_workers=1, timeout=60,
+                        multiprocessing_context="fork", collate_fn=lambda r: [x["id"] for x in r])
+    ids = [i for batch in loader for i in batch]
+    assert ids == list(range(29000))
+
+
+def test_seeking_a_retrying_file_moves_its_handle(tmp_path: Path):
+    path = tmp_path / "f.bin"
+    path.write_bytes(bytes(range(100)))
+    f = RetryingFile(LocalFileSystem(), str(path))
+    assert f.read(10) == bytes(range(10))
+    f.seek(0)
+    assert f.read(5) == bytes(range(5))
+    f.seek(90)
+    assert f.read(20) == bytes(range(90, 100))
+
+
+def test_mount_points_with_escapes_and_utf8_names():
+    table = "nas:/x /mnt/my\\040data nfs rw 0 0\nnas:/y /mnt/donn\u00e9es nfs4 rw 0 0\n"
+    assert is_network_path("/mnt/my data/ds", table)
+    assert is_network_path("/mnt/donn\u00e9es/ds", table)

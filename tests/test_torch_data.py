@@ -296,3 +296,16 @@ def test_batches_are_ready_for_the_device(tokenized: Path):
     assert moved["src_ids"].shape == moved["src_mask"].shape
     # DataLoader(pin_memory=True) pins these tensors: each is one contiguous buffer
     assert all(v.is_contiguous() for v in moved.values() if isinstance(v, torch.Tensor))
+
+
+@pytest.mark.parametrize("stop", [5, 6, 7])
+def test_resume_through_dataloader_workers_gives_the_exact_next_batches(tokenized: Path,
+                                                                        stop: int):
+    def loader(ds: SprIterableDataset) -> list[list[int]]:
+        return [b["ids"].tolist() for b in DataLoader(ds, batch_size=None, num_workers=2)]
+
+    full = loader(SprIterableDataset(tokenized, max_tokens=900, seed=3))
+    state = SprIterableDataset(tokenized, max_tokens=900, seed=3).state_dict(batches_done=stop)
+    resumed = SprIterableDataset(tokenized, max_tokens=900, seed=3)
+    resumed.load_state_dict(state)
+    assert loader(resumed) == full[stop:]  # in order, even when stop is odd

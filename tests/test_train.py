@@ -219,3 +219,13 @@ def test_a_run_that_skips_too_often_is_stopped_even_between_good_steps():
             guard.step()
             opt.zero_grad(set_to_none=True)
     assert guard.consecutive == 1 and guard.skipped == 11  # the 11th skip, at step 100
+
+
+def test_fp16_gradients_with_a_large_but_finite_norm_are_not_skipped():
+    model = nn.Linear(32, 32).half()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-6)
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 3000.0)  # every element finite in fp16 (max 65504)
+    guard = FiniteStepGuard(model, opt)
+    assert guard.step()  # the norm, 3000 · sqrt(1056) ≈ 97,500, overflows fp16, not float32
+    assert guard.last_norm is not None and guard.last_norm > 65504

@@ -144,9 +144,11 @@ class EpochPlan:
         local = (first + np.arange(self.batch_size, dtype=np.int64)).reshape(-1)
         return (local * self.world_size + rank) % max(self.n, 1)
 
-    def worker_batches(self, worker: int) -> range:
-        """The batch numbers a DataLoader worker of every rank produces (round-robin)."""
-        return range(worker, self.batches_per_rank, self.workers)
+    def worker_batches(self, worker: int, start: int = 0) -> range:
+        """The batch numbers a DataLoader worker of every rank produces (round-robin from
+        batch ``start``, so a loader that takes one batch from each worker in turn yields
+        ``start, start + 1, …`` in order)."""
+        return range(start + worker, self.batches_per_rank, self.workers)
 
 
 def plan(n: int, *, world_size: int = 1, batch_size: int = 1, workers: int = 0,
@@ -212,8 +214,8 @@ class TokenPlan:
         """The epoch's batch number of a rank's ``batch``-th batch."""
         return (batch * self.world_size + rank) % max(self.total_batches, 1)
 
-    def worker_batches(self, worker: int) -> range:
-        return range(worker, self.batches_per_rank, self.workers)
+    def worker_batches(self, worker: int, start: int = 0) -> range:
+        return range(start + worker, self.batches_per_rank, self.workers)
 
     def batch_rows(self, rank: int, batch: int) -> np.ndarray:
         """Row indices of a rank's ``batch``-th batch, shortest first."""

@@ -110,6 +110,7 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         self.epoch = 0
         self._start_batch = 0
         self._next_batch = 0
+        self._worker_next: int | None = None  # a worker's own position (StatefulDataLoader)
         self._dataset: Dataset | None = None
         self._encoder: Tokenizer | None = None
         self._plans: dict[tuple[int, int], EpochPlan | TokenPlan] = {}
@@ -125,6 +126,7 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         """Start epoch ``epoch`` from its first batch (call before each epoch)."""
         self.epoch = epoch
         self._start_batch = self._next_batch = 0
+        self._worker_next = None
 
     def _open(self) -> Dataset:
         if self._dataset is None:  # opened in each worker process: memory maps do not pickle
@@ -165,9 +167,11 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         dataset = self._open()
         if self.tokenizer is not None and self._encoder is None:
             self._encoder = load_tokenizer(self.tokenizer)
-        for b in self._plan(workers).worker_batches(worker):
-            if b < self._start_batch:
-                continue
+        plan = self._plan(workers)
+        numbers = (range(self._worker_next, plan.batches_per_rank, workers)
+                   if self._worker_next is not None
+                   else plan.worker_batches(worker, self._start_batch))
+        for b in numbers:
             table = dataset.take(self.batch_rows(b, workers))
             batch: dict[str, Any] = {"ids": torch.from_numpy(
                 table.column("id").to_numpy().astype(np.int64)), "batch": b}
@@ -195,10 +199,13 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         position after the last batch this process yielded.
         """
         done = self._next_batch if batches_done is None else batches_done
-        return {"epoch": self.epoch, "batches_done": done, "seed": self.seed,
-                "batch_size": self.batch_size, "max_tokens": self.max_tokens,
-                "window": self.window, "block": self.block, "world_size": self.world_size,
-                "manifest": self.manifest_digest}
+        state = {"epoch": self.epoch, "batches_done": done, "seed": self.seed,
+                 "batch_size": self.batch_size, "max_tokens": self.max_tokens,
+                 "window": self.window, "block": self.block, "world_size": self.world_size,
+                 "manifest": self.manifest_digest}
+        if batches_done is None and get_worker_info() is not None:
+            state["worker_next"] = self._next_batch  # restored into this same worker
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``; a state of another dataset or other options is refused.
@@ -221,6 +228,7 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
                              f"{state['world_size']} ranks or at an epoch boundary")
         self.epoch = int(state["epoch"])
         self._start_batch = self._next_batch = consumed // self.world_size
+        self._worker_next = int(state["worker_next"]) if "worker_next" in state else None
 
 
 def pad(flat: np.ndarray, lengths: np.ndarray, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
