@@ -39,7 +39,7 @@ class ShardCache:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise OutputError(os_error_message(exc, self.directory)) from exc
+            raise OutputError(os_error_message(exc, self.directory, "--cache-dir")) from exc
         self._remove_dead_parts()
 
     def _reset(self) -> None:
@@ -115,7 +115,7 @@ class ShardCache:
             fsync_dir(self.directory)
         except OSError as exc:
             part.unlink(missing_ok=True)
-            raise OutputError(os_error_message(exc, part)) from exc
+            raise OutputError(os_error_message(exc, part, "--cache-dir")) from exc
         except BaseException:
             part.unlink(missing_ok=True)
             raise

@@ -397,7 +397,8 @@ def audit(
     from spr_data.qa.audit import Replay, audit_dataset
 
     replay = None
-    if any(x is not None for x in (world_size, batch_size, max_tokens, block)):
+    if any(x is not None for x in (world_size, batch_size, max_tokens, block)) \
+            or workers or seed or epochs != 1 or wrap:  # any replay option asks for a replay
         replay = Replay(world_size=world_size or 1, workers=workers,
                         batch_size=batch_size if batch_size or max_tokens else 1,
                         max_tokens=max_tokens, seed=seed, epochs=epochs,
@@ -420,8 +421,15 @@ def audit(
 
 def _audit_figures(name: str, check: dict[str, Any]) -> str:
     """One line of the figures behind an audit check's verdict."""
+    try:
+        return _figures(name, check)
+    except KeyError:  # the check could not run: its problems say why
+        return ""
+
+
+def _figures(name: str, check: dict[str, Any]) -> str:
     if name == "integrity":
-        return f"{check['rows']:,} rows in {check['shards']} shards"
+        return f"{check['rows']:,} rows verified in {check['shards']} shards"
     if name == "accounting":
         return " ← ".join(f"{s['stage']} {s['rows_in']:,} in = {s['kept']:,} kept + "
                           f"{s['rejected']:,} rejected" for s in check["stages"])

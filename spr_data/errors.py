@@ -10,6 +10,7 @@ __all__ = [
     "DatasetError",
     "InputError",
     "OutputError",
+    "ReadError",
     "SprDataError",
 ]
 
@@ -34,5 +35,12 @@ class DatasetError(SprDataError):
 
 class OutputError(SprDataError):
     """The output could not be written: unwritable directory, full disk, existing dataset."""
+
+    exit_code = 1
+
+
+class ReadError(SprDataError):
+    """Reading failed for a reason outside the data: retries ran out on a network fault, or
+    the server refused the connection."""
 
     exit_code = 1

@@ -33,12 +33,16 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def os_error_message(exc: OSError, path: Path | str) -> str:
-    """One line that names the file and says what to do about a failed write."""
+def os_error_message(exc: OSError, path: Path | str, option: str = "--out") -> str:
+    """One line that names the file and says what to do about a failed write (``option``
+    names the command-line option that chose the place)."""
     if exc.errno == errno.ENOSPC:
-        return f"no space left on device while writing {path}; free space or choose another --out"
+        return (f"no space left on device while writing {path}; free space or choose another "
+                f"{option}")
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return f"cannot write {path}: {exc.strerror}; choose a writable --out"
+        return f"cannot write {path}: {exc.strerror}; choose a writable {option}"
+    if exc.errno in (errno.EEXIST, errno.ENOTDIR):
+        return f"{option} {path} is (or is inside) a file; choose a directory"
     return f"cannot write {path}: {exc.strerror or exc}"
 
 

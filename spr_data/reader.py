@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, TypeVar
 
-from spr_data.errors import DatasetError, InputError
+from spr_data.errors import DatasetError, InputError, ReadError, SprDataError
 
 __all__ = [
     "TRANSIENT_ERRNOS",
@@ -192,12 +192,21 @@ class _HttpFile(io.RawIOBase):
             if exc.code == 416:  # the range starts at or past the end
                 return 0
             raise _http_error(self.url, exc.code) from exc
+        except urllib.error.URLError as exc:
+            raise _url_error(self.url, exc) from exc
         except (http.client.IncompleteRead, ConnectionError, TimeoutError,
-                urllib.error.URLError, http.client.HTTPException) as exc:
+                http.client.HTTPException) as exc:
             raise TransientError(f"{self.url}: {exc}") from exc
         buffer[:len(data)] = data
         self.pos += len(data)
         return len(data)
+
+
+def _url_error(url: str, exc: urllib.error.URLError) -> OSError:
+    """A refused connection (no server listening) is not a blip: it fails at once."""
+    if isinstance(exc.reason, ConnectionRefusedError):
+        return OSError(errno.ECONNREFUSED, "connection refused (is the server up?)", url)
+    return TransientError(f"{url}: {exc.reason}")
 
 
 def _http_error(url: str, code: int) -> OSError:
@@ -227,8 +236,9 @@ class HttpFileSystem:
                 length = response.headers.get("Content-Length")
         except urllib.error.HTTPError as exc:
             raise _http_error(path, exc.code) from exc
-        except (ConnectionError, TimeoutError, urllib.error.URLError,
-                http.client.HTTPException) as exc:
+        except urllib.error.URLError as exc:
+            raise _url_error(path, exc) from exc
+        except (ConnectionError, TimeoutError, http.client.HTTPException) as exc:
             raise TransientError(f"{path}: {exc}") from exc
         if length is None:
             raise OSError(errno.EIO, "no Content-Length", path)
@@ -404,10 +414,12 @@ class RetryingFile(io.RawIOBase):
                     raise InputError(f"cannot read {self.path}: "
                                      f"{getattr(exc, 'strerror', None) or exc}") from exc
                 if not _is_transient(exc):
+                    if isinstance(exc, OSError) and not isinstance(exc, SprDataError):
+                        raise ReadError(f"cannot read {self.path}: {_describe(exc)}") from exc
                     raise
                 out_of_time = time.monotonic() - started >= self.policy.deadline
                 if attempt >= self.policy.attempts or out_of_time:
-                    raise DatasetError(
+                    raise ReadError(
                         f"cannot read {self.path} at byte {offset}: {attempt} attempts failed"
                         f"{' (deadline reached)' if out_of_time else ''}; last error: "
                         f"{_describe(exc)}") from exc

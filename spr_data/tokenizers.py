@@ -227,7 +227,14 @@ def load_tokenizer(spec: str) -> Tokenizer:
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise InputError(f"tokenizer {path} is not valid JSON: {exc}") from exc
         is_hf = isinstance(data, dict) and isinstance(data.get("model"), dict)
-        return _hf(name, path) if is_hf else _gpt2(name, path)
+        if is_hf:
+            return _hf(name, path)
+        is_vocab = isinstance(data, dict) and bool(data) \
+            and all(isinstance(v, int) for v in data.values())
+        if not is_vocab:
+            raise InputError(f"tokenizer {path} is neither an HF tokenizer.json (it has no "
+                             "'model') nor a GPT-2 vocab.json (token → id)")
+        return _gpt2(name, path)
     return _tiktoken(name, path) if _is_tiktoken(path) else _sentencepiece(name, path)
 
 

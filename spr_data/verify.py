@@ -14,13 +14,13 @@ import pyarrow.compute as pc
 
 from spr_data.arrays import unique
 from spr_data.dataset import Dataset, open_dataset
-from spr_data.errors import DatasetError, InputError
+from spr_data.errors import DatasetError, SprDataError
 from spr_data.fsio import sha256_file
 from spr_data.manifest import Manifest, ShardInfo
 from spr_data.reader import ReaderOptions, fetch_verified, filesystem_for
 from spr_data.schema import ID, REASON
 
-__all__ = ["VerifyReport", "verify_dataset"]
+__all__ = ["VerifyReport", "check_shard_hash", "verify_dataset"]
 
 
 @dataclass
@@ -46,6 +46,14 @@ class VerifyReport:
         return {"ok": self.ok, "path": str(self.path), "rows": self.rows, "shards": self.shards,
                 "problems": self.all_problems(),
                 "rejects": self.rejects.to_json() if self.rejects else None}
+
+
+def check_shard_hash(path: str | Path, expected: str) -> None:
+    """Raise unless the shard file's bytes hash to ``expected`` (its manifest hash): a stage
+    that reads a corrupt shard fails instead of passing the corruption on."""
+    if expected and sha256_file(Path(path)) != expected:
+        raise DatasetError(f"shard {path} does not match its manifest hash (the file changed "
+                           "or is corrupt); run spr-data verify")
 
 
 def verify_dataset(
@@ -95,7 +103,7 @@ def _remote_source(ds: Dataset, shard: ShardInfo, where: str) -> tuple[Any, str 
     try:
         data = fetch_verified(fs, ds.shard_location(shard), size=shard.bytes, sha256=shard.hash,
                               policy=ds.reader.retry)
-    except (DatasetError, InputError) as exc:
+    except SprDataError as exc:
         return None, f"{where} {exc}"
     return pa.BufferReader(pa.py_buffer(data)), None
 

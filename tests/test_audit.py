@@ -156,3 +156,41 @@ def test_token_budget_replay_matches_what_the_iterator_yields(multi30k: Path, co
     assert text.exit_code == 0 and "batches per rank" in text.stdout
     untokenized = run_cli("audit", multi30k, "--max-tokens", "1500")
     assert untokenized.exit_code == 2 and "spr-data tokenize" in untokenized.stderr
+
+
+def test_audit_refuses_a_rejects_dataset_and_reports_a_missing_shard(corpora: Path,
+                                                                     tmp_path: Path):
+    import shutil
+
+    onmt = corpora / "parallel/opennmt_wmt_en-de.train"
+    ingest([f"{onmt}.en.gz", f"{onmt}.de.gz"], tmp_path / "ds", shard_rows=3000)
+    rejects = run_cli("audit", tmp_path / "ds/rejects")
+    assert rejects.exit_code == 2 and "audit its parent" in rejects.stderr
+    shutil.copytree(tmp_path / "ds", tmp_path / "broken")
+    (tmp_path / "broken/shard-00001.arrow").unlink()
+    broken = run_cli("audit", tmp_path / "broken")
+    assert broken.exit_code == 1 and "Traceback" not in broken.stderr + broken.stdout
+    assert "FAIL integrity" in broken.stdout and "shard-00001.arrow" in broken.stdout
+
+
+@pytest.mark.parametrize("name,content,message", [
+    ("bin.log", b"\xff\xfe\x00garbage", "not UTF-8"),
+    ("big.log", b"1\n99999999999999999999999\n", "out of range"),
+    ("order.log", b"# epoch 1\n1\n", "expected '# epoch 0'"),
+    ("twice.log", b"# epoch 0\n1\n# epoch 0\n2\n", "expected '# epoch 1'"),
+    ("fake.npy", b"1\n2\n", "not a .npy file"),
+])
+def test_a_malformed_ids_log_is_a_clear_error(multi30k: Path, tmp_path: Path, name: str,
+                                              content: bytes, message: str):
+    (tmp_path / name).write_bytes(content)
+    result = run_cli("audit", multi30k, "--ids-log", tmp_path / name)
+    assert result.exit_code == 2 and message in result.stderr, result.stderr
+
+
+def test_a_float_npy_log_is_refused_and_replay_options_alone_replay(multi30k: Path,
+                                                                    tmp_path: Path):
+    np.save(tmp_path / "f.npy", np.arange(10) + 0.5)
+    floats = run_cli("audit", multi30k, "--ids-log", tmp_path / "f.npy")
+    assert floats.exit_code == 2 and "float64" in floats.stderr
+    epochs = run_cli("audit", multi30k, "--epochs", "2", "--json")
+    assert len(json.loads(epochs.stdout)["epoch_replay"]["epochs"]) == 2

@@ -14,7 +14,7 @@ import pytest
 
 from spr_data import ingest, open_dataset
 from spr_data.cache import ShardCache
-from spr_data.errors import DatasetError, InputError
+from spr_data.errors import DatasetError, InputError, ReadError
 from spr_data.reader import (
     LocalFileSystem,
     ReaderOptions,
@@ -138,7 +138,7 @@ def test_retries_run_out_with_file_offset_attempts_and_errno(tmp_path: Path,
     f = RetryingFile(fs, str(path), policy=RetryPolicy(attempts=3, base_delay=0.0001))
     f.seek(1000)
     with caplog.at_level(logging.WARNING, logger="spr_data.reader"), \
-            pytest.raises(DatasetError, match=r"f.bin at byte 1000: 3 attempts failed; last "
+            pytest.raises(ReadError, match=r"f.bin at byte 1000: 3 attempts failed; last "
                                               r"error: (ETIMEDOUT|ESTALE)"):
         f.read(10)
     assert "attempt 2/3" in caplog.text and "at byte 1000" in caplog.text
@@ -147,7 +147,7 @@ def test_retries_run_out_with_file_offset_attempts_and_errno(tmp_path: Path,
 def test_an_early_eof_is_a_fault_when_the_size_is_known(tmp_path: Path):
     path = tmp_path / "f.bin"
     path.write_bytes(b"x" * 100)
-    with pytest.raises(DatasetError, match="early EOF at byte 100 of 150"):
+    with pytest.raises(ReadError, match="early EOF at byte 100 of 150"):
         read_all(RetryingFile(LocalFileSystem(), str(path), size=150,
                               policy=RetryPolicy(attempts=2, base_delay=0.0001)))
     sha = "sha256:" + hashlib.sha256(b"x" * 100).hexdigest()
@@ -392,3 +392,13 @@ def test_mount_points_with_escapes_and_utf8_names():
     table = "nas:/x /mnt/my\\040data nfs rw 0 0\nnas:/y /mnt/donn\u00e9es nfs4 rw 0 0\n"
     assert is_network_path("/mnt/my data/ds", table)
     assert is_network_path("/mnt/donn\u00e9es/ds", table)
+
+
+def test_a_server_that_is_down_fails_at_once_with_a_clear_error():
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(ReadError, match=r"ECONNREFUSED.*is the server up"):
+        open_dataset(f"http://127.0.0.1:{port}/ds", retry=RetryPolicy(attempts=5))

@@ -119,3 +119,25 @@ def test_cli_json_and_clear_errors(eng_ben: Path, corpora: Path, tmp_path: Path)
     again = run_cli("tokenize", eng_ben, "-t", corpora / "tokenizers/llama2_tokenizer.model",
                     "--out", tmp_path / "tok", "--quiet")
     assert again.exit_code == 1 and "--overwrite" in again.stderr
+
+
+def test_a_corrupt_shard_fails_the_run_instead_of_flowing_on(eng_ben: Path, corpora: Path,
+                                                             tmp_path: Path):
+    import shutil
+
+    shutil.copytree(eng_ben, tmp_path / "corrupt")
+    shard = tmp_path / "corrupt/shard-00002.arrow"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+    result = run_cli("tokenize", tmp_path / "corrupt", "-t",
+                     corpora / "tokenizers/llama2_tokenizer.model", "--out", tmp_path / "tok",
+                     "--workers", "1", "--quiet")
+    assert result.exit_code == 2 and "shard-00002.arrow does not match" in result.stderr
+    assert not (tmp_path / "tok/manifest.json").exists()
+    cache = tmp_path / "a-file"
+    cache.write_text("x")
+    bad_cache = run_cli("tokenize", f"{(tmp_path / 'corrupt').as_uri()}", "-t",
+                        corpora / "tokenizers/llama2_tokenizer.model", "--out", tmp_path / "t2",
+                        "--cache-dir", cache, "--quiet")
+    assert bad_cache.exit_code == 1 and "--cache-dir" in bad_cache.stderr

@@ -47,6 +47,7 @@ from spr_data.pipeline.stage import Stage
 from spr_data.reader import ReaderOptions
 from spr_data.recipe import Recipe, load_recipe
 from spr_data.schema import ID, REASON, text_columns
+from spr_data.verify import check_shard_hash
 from spr_data.writer import shard_name, write_shard_file
 
 __all__ = ["CleanReport", "clean", "read_quarantine", "stage_of_reason"]
@@ -197,6 +198,7 @@ class _ShardTask:
     aligner_hash: str | None = None
     threshold: float | None = None
     quarantine: str | None = None
+    shard_hash: str = ""
 
 
 def _read_shard(path: Path) -> pa.Table:
@@ -222,6 +224,8 @@ def _score_task(task: _ShardTask) -> int:
     target = Path(task.work) / f"scored-{task.index:05d}.arrow"
     if target.exists():
         return 0
+    if task.offset == 0:  # the first unit of each shard checks the whole shard
+        check_shard_hash(task.shard, task.shard_hash)
     columns = text_columns(task.kind)  # type: ignore[arg-type]
     stages = build_stages(task.recipe, task.kind, list(task.langs))
     table = _read_shard(Path(task.shard)).slice(task.offset, task.length)
@@ -536,13 +540,14 @@ def _run(source: Dataset, out: Path, work: Path, recipe: Recipe, executor: Local
          on_progress: Callable[[str, int, int], None] | None) -> CleanReport:
     langs = source.langs
     unit = unit_rows(len(source))
-    spans = [(path, start, min(unit, info.rows - start))
+    spans = [(path, start, min(unit, info.rows - start), info.hash)
              for path, info in zip(source.local_shard_paths(work / "shards"),
                                    source.manifest.shards, strict=True)
              for start in range(0, info.rows, unit)]
     tasks = [_ShardTask(index=u, shard=str(path), offset=start, length=length, work=str(work),
-                        out=str(out), recipe=recipe, kind=source.kind, langs=tuple(langs))
-             for u, (path, start, length) in enumerate(spans)]
+                        out=str(out), recipe=recipe, kind=source.kind, langs=tuple(langs),
+                        shard_hash=digest)
+             for u, (path, start, length, digest) in enumerate(spans)]
 
     total = sum(t.length for t in tasks)
     rows_done = {"score": 0, "decide": 0}

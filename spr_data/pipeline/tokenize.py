@@ -34,6 +34,7 @@ from spr_data.pipeline.executor import LocalExecutor
 from spr_data.reader import ReaderOptions
 from spr_data.schema import text_columns
 from spr_data.tokenizers import Tokenizer, load_tokenizer
+from spr_data.verify import check_shard_hash
 from spr_data.writer import shard_name, write_shard_file
 
 __all__ = ["TokenizeReport", "id_column", "row_sizes", "token_columns", "tokenize"]
@@ -95,6 +96,7 @@ class _Task:
     id_type: str
     out: str
     work: str
+    shard_hash: str = ""
 
 
 @lru_cache(maxsize=2)
@@ -122,6 +124,8 @@ def _tokenize_task(task: _Task) -> dict[str, Any]:
     marker = work / f"done-{task.index:05d}.json"
     if marker.exists():
         return {**json.loads(marker.read_text()), "resumed": True}
+    if task.offset == 0:  # the first unit of each shard checks the whole shard
+        check_shard_hash(task.shard, task.shard_hash)
     with pa.memory_map(task.shard) as source:
         batch = pa.ipc.open_file(source).read_all().slice(task.offset, task.length) \
             .combine_chunks().to_batches()
@@ -169,8 +173,8 @@ def tokenize(dataset: str | Path, out: str | Path, *, tokenizer: str,
         raise InputError("--out must differ from the input dataset")
     tok = load_tokenizer(tokenizer)
     if tok.kind in ("bytes", "chars"):
-        raise InputError(f"{tokenizer} is a baseline of fertility-report, not a tokenizer to "
-                         "train with; give a .model, tokenizer.json, vocab.json or ranks file")
+        raise InputError(f"{tokenizer} is a baseline of fertility-report, not a tokenizer; "
+                         "give a .model, tokenizer.json, vocab.json or ranks file")
     id_type = "uint16" if _vocab_size(tok) <= 1 << 16 else "uint32"
     spec = str(Path(tokenizer.rpartition("=")[2]).resolve())
     tokenizer_info = {"name": tok.name, "kind": tok.kind, "path": spec,
@@ -187,12 +191,13 @@ def tokenize(dataset: str | Path, out: str | Path, *, tokenizer: str,
     results: dict[int, dict[str, Any]] = {}
     try:
         check_run(work, identity, overwrite=overwrite)
-        spans = [(str(path), start, min(unit, info.rows - start))
+        spans = [(str(path), start, min(unit, info.rows - start), info.hash)
                  for path, info in zip(source.local_shard_paths(work / "shards"),
                                        source.manifest.shards, strict=True)
                  for start in range(0, info.rows, unit)]
-        tasks = [_Task(i, path, start, length, columns, spec, id_type, str(out), str(work))
-                 for i, (path, start, length) in enumerate(spans)]
+        tasks = [_Task(i, path, start, length, columns, spec, id_type, str(out), str(work),
+                       digest)
+                 for i, (path, start, length, digest) in enumerate(spans)]
         with LocalExecutor(workers) as executor:
             for i, stats in executor.map(_tokenize_task, tasks):
                 results[i] = stats

@@ -8,6 +8,7 @@ the row ids a training loop really consumed, per epoch, against the dataset's id
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,34 +76,59 @@ class IdsRecorder:
 
 
 def read_ids_log(path: str | Path) -> list[np.ndarray]:
-    """Row ids per epoch: text (one id per line, ``# epoch N`` between epochs) or ``.npy``."""
+    """Row ids per epoch: text (one id per line, ``# epoch N`` headers between epochs, numbered
+    0, 1, … in order) or a ``.npy`` integer array of one epoch."""
     p = Path(path)
+    if p.is_dir():
+        raise InputError(f"ids log {p} is a directory; give the log file")
     if not p.is_file():
         raise InputError(f"ids log {p} does not exist")
     if p.suffix == ".npy":
+        with open(p, "rb") as f:
+            if f.read(6) != b"\x93NUMPY":
+                raise InputError(f"{p} is not a .npy file (no numpy header); give a .npy "
+                                 "array of ids or a text log with one id per line")
         try:
             ids = np.load(p, allow_pickle=False)
-        except ValueError as exc:
+        except (ValueError, OSError, EOFError) as exc:
             raise InputError(f"{p} is not a numpy array of ids: {exc}") from exc
+        if not np.issubdtype(ids.dtype, np.integer):
+            raise InputError(f"{p} holds {ids.dtype} values; an ids log holds integer row ids")
         return [np.asarray(ids, dtype=np.int64).reshape(-1)]
     epochs: list[list[int]] = []
-    current: list[int] = []
-    with open(p, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            text = line.strip()
+    current: list[int] | None = None  # the open epoch; ids before any header are epoch 0
+    with open(p, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                text = raw.decode("utf-8").strip()
+            except UnicodeDecodeError:
+                raise InputError(f"{p}:{number}: not UTF-8 text; an ids log has one row id per "
+                                 "line (or is a .npy array)") from None
             if not text:
                 continue
             if text.startswith("#"):
-                if text.lower().startswith("# epoch") and (current or epochs):
+                words = text[1:].split()
+                if not words or words[0].lower() != "epoch":
+                    continue  # a comment
+                if current is not None:
                     epochs.append(current)
-                    current = []
+                if len(words) != 2 or words[1] != str(len(epochs)):
+                    raise InputError(f"{p}:{number}: expected '# epoch {len(epochs)}', found "
+                                     f"{text[:40]!r} (epochs are numbered 0, 1, … in order)")
+                current = []
                 continue
             try:
-                current.append(int(text))
+                value = int(text)
             except ValueError:
                 raise InputError(f"{p}:{number}: expected a row id, found {text[:40]!r}") \
                     from None
-    epochs.append(current)
+            if not 0 <= value < 1 << 63:
+                raise InputError(f"{p}:{number}: row id {text[:40]} is out of range")
+            if current is None:
+                current = []
+            current.append(value)
+    if current is not None or not epochs:
+        epochs.append(current or [])
     return [np.asarray(e, dtype=np.int64) for e in epochs]
 
 
@@ -141,7 +167,7 @@ def _check_accounting(ds: Dataset, reader: ReaderOptions | None = None) -> dict[
         distinct_out, distinct_in = unique(out), unique(expected)
         ok = len(distinct_out) == len(out) and np.array_equal(distinct_out, distinct_in) \
             and len(expected) == len(distinct_in)
-        stages.append({"stage": lineage.get("stage", "?"), "path": str(current.path),
+        stages.append({"stage": lineage.get("stage", "?"), "path": current.location,
                        "rows_in": len(expected), "kept": len(kept),
                        "rejected": len(rejected), "ok": bool(ok)})
         if not ok:
@@ -304,13 +330,22 @@ def audit_dataset(path: str | Path, *, ids_log: str | Path | None = None,
     """Integrity, accounting through the lineage, content distinctness, and (with
     ``ids_log``) the coverage of a loader's epochs."""
     ds = open_dataset(str(path), reader=reader)
+    if ds.manifest.role != "rows":
+        raise DatasetError(f"{path} is a rejects dataset; audit its parent instead")
     report = AuditReport(ds.location)
-    report.checks["integrity"] = _check_integrity(str(path), reader)
-    report.checks["accounting"] = _check_accounting(ds, reader)
-    report.checks["content"] = _check_content(ds, min_distinct)
+    checks: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+        ("integrity", lambda: _check_integrity(str(path), reader)),
+        ("accounting", lambda: _check_accounting(ds, reader)),
+        ("content", lambda: _check_content(ds, min_distinct)),
+    ]
     if replay is not None:
-        report.checks["epoch_replay"] = _check_replay(ds, replay)
+        checks.append(("epoch_replay", lambda: _check_replay(ds, replay)))
     if ids_log is not None:
-        report.checks["ids_log"] = _check_ids_log(ds, Path(ids_log))
+        checks.append(("ids_log", lambda: _check_ids_log(ds, Path(ids_log))))
+    for name, check in checks:
+        try:
+            report.checks[name] = check()
+        except DatasetError as exc:  # a shard that cannot be read fails this check, not audit
+            report.checks[name] = {"ok": False, "problems": [str(exc)]}
     return report
 
