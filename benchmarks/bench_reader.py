@@ -93,6 +93,7 @@ def main() -> None:
                                                          retry=RetryPolicy(),
                                                          max_in_memory=shards)),
         ]
+        epoch(ds_path, None, 1)  # warm-up: imports, allocator and page cache for every mode
         results = []
         for name, reader in modes:
             seconds, digest, rows = epoch(ds_path, reader, args.epochs)
