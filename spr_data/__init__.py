@@ -2,9 +2,10 @@
 
 from spr_data._version import __version__
 from spr_data.dataset import Dataset, open_dataset
-from spr_data.errors import DatasetError, InputError, OutputError, SprDataError
+from spr_data.errors import DatasetError, InputError, OutputError, ReadError, SprDataError
 from spr_data.pipeline.ingest import IngestSummary, ingest
 from spr_data.qa.audit import IdsRecorder, audit_dataset
+from spr_data.reader import ReaderOptions, RetryPolicy
 from spr_data.verify import VerifyReport, verify_dataset
 
 __all__ = [
@@ -14,6 +15,9 @@ __all__ = [
     "IngestSummary",
     "InputError",
     "OutputError",
+    "ReadError",
+    "ReaderOptions",
+    "RetryPolicy",
     "SprDataError",
     "VerifyReport",
     "__version__",
