@@ -309,3 +309,19 @@ def test_resume_through_dataloader_workers_gives_the_exact_next_batches(tokenize
     resumed = SprIterableDataset(tokenized, max_tokens=900, seed=3)
     resumed.load_state_dict(state)
     assert loader(resumed) == full[stop:]  # in order, even when stop is odd
+
+
+def test_the_token_plan_is_made_once_and_shipped_to_the_workers(tokenized: Path):
+    import pickle
+
+    ds = SprIterableDataset(tokenized, max_tokens=700, window=512)
+    ds.set_epoch(2)  # plans in this (the main) process
+    worker_copy = pickle.loads(pickle.dumps(ds))  # what a DataLoader worker gets
+    calls = []
+    real = worker_copy.sizes_of
+    worker_copy.sizes_of = lambda rows: calls.append(len(rows)) or real(rows)  # type: ignore[method-assign]
+    plan = worker_copy._plan(2)
+    assert not calls  # no pass over every row's size in the worker
+    assert plan.total_batches == ds._plan(1).total_batches
+    first = worker_copy.batch_rows(0, 2)
+    assert calls and first.tolist() == ds.batch_rows(0).tolist()  # a window packed on demand

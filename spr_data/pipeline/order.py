@@ -271,13 +271,19 @@ def _pack(sizes: np.ndarray, max_tokens: int, max_rows: int | None) -> np.ndarra
 def token_plan(n: int, sizes_of: SizesOf, *, max_tokens: int, seed: int = 0, epoch: int = 0,
                world_size: int = 1, workers: int = 0, drop_remainder: bool = True,
                max_rows: int | None = None, window: int = DEFAULT_WINDOW,
-               block: int | None = None) -> TokenPlan:
-    """Plan an epoch of ``n`` rows in token-budget batches (reads every row's size once)."""
+               block: int | None = None, window_ends: np.ndarray | None = None) -> TokenPlan:
+    """Plan an epoch of ``n`` rows in token-budget batches (reads every row's size once).
+
+    ``window_ends`` from an earlier plan of the same epoch and options (they depend on
+    neither the world size nor the workers) skips that pass: a loader plans once, in its main
+    process, and its workers reuse the counts."""
     if world_size < 1 or workers < 0 or max_tokens < 1 or window < 1 \
             or (max_rows is not None and max_rows < 1):
         raise ValueError("world_size, max_tokens, window and max_rows must be ≥ 1, "
                          "workers ≥ 0")
     p = TokenPlan(n, world_size, max(workers, 1), drop_remainder, max_tokens, max_rows, window,
                   seed, epoch, np.zeros(0, dtype=np.int64), sizes_of, block)
-    counts = [len(_pack_window(p, w)[1]) - 1 for w in range(-(-n // window))]
-    return replace(p, window_ends=np.cumsum(counts, dtype=np.int64), _cache={})
+    if window_ends is None:
+        counts = [len(_pack_window(p, w)[1]) - 1 for w in range(-(-n // window))]
+        window_ends = np.cumsum(counts, dtype=np.int64)
+    return replace(p, window_ends=window_ends, _cache={})

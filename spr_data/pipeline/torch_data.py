@@ -114,6 +114,8 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         self._dataset: Dataset | None = None
         self._encoder: Tokenizer | None = None
         self._plans: dict[tuple[int, int], EpochPlan | TokenPlan] = {}
+        #: (epoch, batch counts per window) of the token plan, shipped to the workers
+        self._window_ends: tuple[int, np.ndarray] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # each worker maps the shards and loads the tokenizer itself
@@ -127,6 +129,8 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         self.epoch = epoch
         self._start_batch = self._next_batch = 0
         self._worker_next = None
+        if self.max_tokens is not None:  # plan here, once: the workers get the counts
+            self._plan(1)
 
     def _open(self) -> Dataset:
         if self._dataset is None:  # opened in each worker process: memory maps do not pickle
@@ -142,11 +146,15 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
                                          batch_size=self.batch_size, workers=workers,
                                          drop_remainder=self.drop_remainder)}
             else:
-                self._plans = {key: token_plan(
+                known = self._window_ends
+                p = token_plan(
                     self.rows, self.sizes_of, max_tokens=self.max_tokens, seed=self.seed,
                     epoch=self.epoch, world_size=self.world_size, workers=workers,
                     drop_remainder=self.drop_remainder, max_rows=self.batch_size,
-                    window=self.window, block=self.block)}
+                    window=self.window, block=self.block,
+                    window_ends=known[1] if known and known[0] == self.epoch else None)
+                self._window_ends = (self.epoch, p.window_ends)
+                self._plans = {key: p}
         return self._plans[key]
 
     def sizes_of(self, rows: np.ndarray) -> np.ndarray:
