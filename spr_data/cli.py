@@ -6,13 +6,16 @@ import functools
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from spr_data import console
 from spr_data._version import __version__
 from spr_data.errors import InputError, SprDataError
+
+if TYPE_CHECKING:
+    from spr_data.reader import ReaderOptions
 
 app = typer.Typer(
     name="spr-data",
@@ -36,7 +39,7 @@ CacheDirOption = Annotated[Path | None, typer.Option(
     "(verified) and map the copies.")]
 
 
-def _reader(retries: int, cache_dir: Path | None) -> Any:
+def _reader(retries: int, cache_dir: Path | None) -> ReaderOptions:
     from spr_data.reader import ReaderOptions, RetryPolicy
 
     return ReaderOptions(retry=RetryPolicy(attempts=retries),

@@ -210,7 +210,7 @@ def _url_error(url: str, exc: urllib.error.URLError) -> OSError:
 
 
 def _http_error(url: str, code: int) -> OSError:
-    if code in (429, 500, 502, 503, 504) or code >= 500:
+    if code == 429 or code >= 500:
         return TransientError(f"{url}: HTTP {code}")
     if code in (401, 403):
         return PermissionError(errno.EACCES, f"HTTP {code}", url)

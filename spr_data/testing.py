@@ -20,6 +20,8 @@ import errno
 import io
 import os
 import random
+import socket
+import struct
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -192,9 +194,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
             if fault == "drop":  # a reset, not a clean close
-                import socket
-                import struct
-
                 self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                                            struct.pack("ii", 1, 0))
             return

@@ -16,6 +16,7 @@ from spr_data import ingest, open_dataset
 from spr_data.cache import ShardCache
 from spr_data.errors import DatasetError, InputError, ReadError
 from spr_data.reader import (
+    TRANSIENT_ERRNOS,
     LocalFileSystem,
     ReaderOptions,
     RetryingFile,
@@ -195,7 +196,7 @@ def test_a_dataset_on_a_network_mount_is_never_memory_mapped(multi30k: Path,
 def test_bad_reader_options_are_clear_errors():
     with pytest.raises(InputError, match="verify='sometimes'"):
         ReaderOptions(verify="sometimes")
-    assert errno.ESTALE in __import__("spr_data.reader").reader.TRANSIENT_ERRNOS
+    assert errno.ESTALE in TRANSIENT_ERRNOS
 
 
 def test_the_training_iterator_reads_through_faults_in_its_workers(multi30k: Path,

@@ -10,6 +10,7 @@ stage accounts rows in = rows out in the lineage.
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import time
@@ -113,7 +114,7 @@ def _id_array(ids: list[list[int]], id_type: pa.DataType) -> pa.Array:
     lengths = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
     offsets = np.zeros(len(ids) + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
-    flat = np.fromiter((i for row in ids for i in row), dtype=id_type.to_pandas_dtype(),
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=id_type.to_pandas_dtype(),
                        count=int(offsets[-1]))
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, type=id_type))
 

@@ -111,7 +111,7 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         self._start_batch = 0
         self._next_batch = 0
         self._worker_next: int | None = None  # a worker's own position (StatefulDataLoader)
-        self._dataset: Dataset | None = None
+        self._dataset: Dataset | None = dataset  # each worker opens its own (getstate)
         self._encoder: Tokenizer | None = None
         self._plans: dict[tuple[int, int], EpochPlan | TokenPlan] = {}
         #: (epoch, batch counts per window) of the token plan, shipped to the workers
