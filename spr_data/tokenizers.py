@@ -6,13 +6,19 @@ tiktoken-format ranks file (``base64(token) rank`` per line, as Llama 3/4 ship),
 baselines ``bytes`` and ``chars``; ``NAME=SPEC`` names it. Each tokenizer encodes a batch of
 texts through its library's native batch encoder and knows, per token id, whether the token
 is a byte-fallback or unknown token and whether it begins with a combining mark.
+
+tiktoken encodings (and the tiktoken twin of a GPT-2 style BPE) encode many texts in one
+native call: the texts are joined by a separator registered as a special token, which tiktoken
+cuts its input at before its regex runs, so each text is encoded exactly as if alone.
 """
 
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import re
+import threading
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +29,10 @@ import numpy as np
 
 from spr_data.errors import InputError
 
-__all__ = ["Tokenizer", "load_tokenizer"]
+__all__ = ["FALLBACK", "MARK", "UNKNOWN", "WORD_INITIAL", "Tokenizer", "load_tokenizer"]
+
+#: bits of ``Tokenizer.id_bits``: what each token id is
+FALLBACK, UNKNOWN, MARK, WORD_INITIAL = 1, 2, 4, 8
 
 #: The pre-tokenizer regexes of tiktoken-format files, by vocabulary size: Llama 3 uses the
 #: cl100k pattern, Llama 4 the o200k one (which keeps combining marks inside words).
@@ -37,6 +46,12 @@ _O200K = "|".join([
     r"\p{N}{1,3}", r" ?[^\s\p{L}\p{N}]+[\r\n/]*", r"\s*[\r\n]+", r"\s+(?!\S)", r"\s+",
 ])
 _TIKTOKEN_PATTERNS = {128_000: _CL100K, 200_000: _O200K}
+#: joins texts into one tiktoken call (a special token); texts holding its core (the part
+#: without NULs, which no separator's neighbour can complete) are encoded one by one
+_SEPARATOR_CORE = "<spr-data:separator>"
+_SEPARATOR = f"\x00{_SEPARATOR_CORE}\x00"
+#: characters per joined tiktoken call
+_JOIN_CHARS = 1 << 18
 
 
 def _starts_with_mark(piece: bytes) -> bool:
@@ -62,12 +77,22 @@ class Tokenizer:
     word_initial: np.ndarray | None = None
 
     def __post_init__(self) -> None:
+        #: the four flag arrays as bits of one byte per id (one lookup per token for reports)
+        self.id_bits: np.ndarray = (self.byte_fallback * FALLBACK + self.unknown * UNKNOWN
+                        + self.starts_with_mark * MARK).astype(np.uint8)
+        if self.word_initial is not None:
+            self.id_bits |= (self.word_initial * WORD_INITIAL).astype(np.uint8)
         byte_level = self.kind == "hf" and "ByteLevel" in self.encoder.to_str()
         self._byte_level_table = ({ord(c): b for c, b in _byte_decoder().items()}
                                   if byte_level else None)
         self._twin: tuple[Any, re.Pattern[str] | None] | None = (
             _tiktoken_twin(self.encoder) if byte_level else None)
         self._twin_checked = False
+
+    @property
+    def encodes_words(self) -> bool:
+        """Whether ``encode_words`` may work (it still returns None when it cannot)."""
+        return self.kind in ("tiktoken", "sentencepiece") or self._twin is not None
 
     def pretokens(self, texts: Sequence[str]) -> list[str] | None:
         """The pieces the tokenizer's pre-tokenizer cuts ``texts`` into, before any merge;
@@ -86,36 +111,157 @@ class Tokenizer:
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids of each text, special tokens left out."""
         texts = list(texts)
-        if self.kind == "bytes":
-            return [list(t.encode("utf-8")) for t in texts]
-        if self.kind == "chars":
-            return [[min(ord(c), 0x10FFFF) for c in t] for t in texts]
+        if self.kind in ("bytes", "chars", "tiktoken"):
+            return _split(*self.encode_flat(texts))
+        twin = self._checked_twin(texts)
+        if twin is not None:
+            added = self._twin[1] if self._twin is not None else None
+            if added is not None and any(map(added.search, texts)):
+                return self._encode_twin(texts, twin, added)
+            return _split(*_encode_joined(twin, texts))
         if self.kind == "sentencepiece":
-            ids: list[list[int]] = self.encoder.encode(texts)
-            return ids
-        if self.kind == "tiktoken":  # its batch call runs a thread pool: 4x slower here
-            return list(map(self.encoder.encode_ordinary, texts))
-        if self._twin is not None:
-            return self._encode_twin(texts, *self._twin)
+            encoded: list[list[int]] = self.encoder.encode(texts)
+            return encoded
         return [e.ids for e in self.encoder.encode_batch(texts, add_special_tokens=False)]
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids of all ``texts`` end to end (int64), and each text's number of tokens."""
+        texts = list(texts)
+        if self.kind == "bytes":
+            data = [t.encode("utf-8") for t in texts]
+            return (np.frombuffer(b"".join(data), dtype=np.uint8).astype(np.int64),
+                    np.fromiter(map(len, data), dtype=np.int64, count=len(data)))
+        if self.kind == "chars":
+            codes = np.frombuffer("".join(texts).encode("utf-32-le"), dtype=np.uint32)
+            return (codes.astype(np.int64),
+                    np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
+        if self.kind == "tiktoken":
+            return _encode_joined(self.encoder, texts)
+        if self._twin is not None:
+            twin = self._checked_twin(texts)
+            added = self._twin[1] if self._twin is not None else None
+            if twin is not None and not (added is not None and any(map(added.search, texts))):
+                return _encode_joined(twin, texts)
+        return _flatten(self.encode(texts))
+
+    def encode_words(self, words: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
+        """Token ids of each word as it reads after a space in running text (``" " + word``),
+        end to end, and each word's number of tokens; None when this tokenizer's pieces may
+        span a space, so that a text is not the sum of its words.
+
+        A text holding single spaces only is then its first word (encoded alone) followed by
+        its other words: the pre-tokenizer regexes of GPT-2 and tiktoken start a piece at every
+        space followed by a non-space, and SentencePiece (splitting at whitespace, with its
+        dummy ``▁`` prefix) starts a piece at every ``▁``. Words repeat: the fertility report
+        encodes each distinct word once."""
+        words = list(words)
+        if self.kind == "tiktoken" or self._twin is not None:
+            if self.kind != "tiktoken" and self._checked_twin(words) is None:
+                return None
+            return self.encode_flat([" " + w for w in words])
+        if self.kind != "sentencepiece" or self.word_initial is None:
+            return None
+        # a ▁ in a word reads as a space, so that word has several word-initial tokens: it is
+        # encoded alone (the dummy prefix stands for its space); the others are joined
+        odd = np.fromiter(("\u2581" in w for w in words), dtype=bool, count=len(words))
+        joined = self._encode_joined_words(
+            [w for w, o in zip(words, odd, strict=True) if not o], self.word_initial)
+        if joined is None:
+            return None
+        if not odd.any():
+            return joined
+        alone = _flatten(self.encoder.encode([w for w, o in zip(words, odd, strict=True) if o]))
+        lengths = np.zeros(len(words), dtype=np.int64)
+        lengths[~odd], lengths[odd] = joined[1], alone[1]
+        owner = np.repeat(np.arange(len(words)), lengths)
+        flat = np.zeros(int(lengths.sum()), dtype=np.int64)
+        flat[~odd[owner]], flat[odd[owner]] = joined[0], alone[0]
+        return flat, lengths
+
+    def _encode_joined_words(self, words: list[str],
+                             initial: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """SentencePiece ids of words without ``▁``, many per call: ``" ".join(words)`` cut
+        at the ``initial`` tokens; None when a piece spans a space."""
+        flats, lengths = [], []
+        step = 4096  # words per text: SentencePiece encodes the texts in its own threads
+        texts = [" ".join(words[i:i + step]) for i in range(0, len(words), step)]
+        for i, ids in enumerate(self.encoder.encode(texts)):
+            flat = np.asarray(ids, dtype=np.int64)
+            starts = initial[np.minimum(flat, len(initial) - 1)]
+            count = min(step, len(words) - i * step)
+            if len(flat) == 0 or not starts[0] or int(starts.sum()) != count:
+                return None  # a piece spans a space: this model does not split at whitespace
+            flats.append(flat)
+            lengths.append(np.bincount(np.cumsum(starts) - 1, minlength=count))
+        if not flats:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.concatenate(flats), np.concatenate(lengths)
+
+    def _checked_twin(self, texts: list[str]) -> Any:
+        """The tiktoken twin, once its ids matched the HF library's on the first texts it
+        was given; None (and the HF encoder from then on) after any difference."""
+        with _TWIN_LOCK:  # threads of the fertility report share the tokenizer
+            if self._twin is None:
+                return None
+            encoding, added = self._twin
+            if not self._twin_checked:
+                self._twin_checked = True
+                check = [t for t in texts if added is None or not added.search(t)]
+                check = check[:_TWIN_CHECK]
+                reference = [e.ids for e in
+                             self.encoder.encode_batch(check, add_special_tokens=False)]
+                if reference != [encoding.encode_ordinary(t) for t in check]:
+                    self._twin = None
+                    return None
+            return encoding
 
     def _encode_twin(self, texts: list[str], encoding: Any,
                      added: re.Pattern[str] | None) -> list[list[int]]:
-        """GPT-2 style byte-level BPE through tiktoken: the same ids, ~5x faster than the HF
-        library, whose regex pre-tokenizer is most of its time on non-Latin text. The first
-        batch is encoded both ways; any difference and the HF encoder is used from then on."""
-        ids = [self.encoder.encode(t, add_special_tokens=False).ids
-               if added is not None and added.search(t) else encoding.encode_ordinary(t)
-               for t in texts]
-        if not self._twin_checked:
-            self._twin_checked = True
-            check = texts[:_TWIN_CHECK]
-            reference = [e.ids for e in
-                         self.encoder.encode_batch(check, add_special_tokens=False)]
-            if reference != ids[:len(check)]:
-                self._twin = None
-                return self.encode(texts)
-        return ids
+        """Texts holding an added token through the HF encoder, the others through the
+        tiktoken twin."""
+        return [self.encoder.encode(t, add_special_tokens=False).ids
+                if added is not None and added.search(t) else encoding.encode_ordinary(t)
+                for t in texts]
+
+
+def _split(flat: np.ndarray, lengths: np.ndarray) -> list[list[int]]:
+    ids, ends = flat.tolist(), np.cumsum(lengths).tolist()
+    return [ids[end - n:end] for end, n in zip(ends, lengths.tolist(), strict=True)]
+
+
+def _flatten(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64,
+                       count=int(lengths.sum()))
+    return flat, lengths
+
+
+def _encode_joined(encoding: Any, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """tiktoken ids of each text as if encoded alone, in few native calls (which release the
+    GIL): texts joined by the separator token, cut apart at it."""
+    separator = encoding._special_tokens.get(_SEPARATOR)
+    if separator is None:
+        return _flatten([encoding.encode_ordinary(t) for t in texts])
+    sizes = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)) + 1)
+    cuts = np.unique(np.searchsorted(sizes, np.arange(_JOIN_CHARS, sizes[-1] if len(sizes)
+                                                      else 0, _JOIN_CHARS)))
+    flats, lengths = [], []
+    for start, stop in itertools.pairwise([0, *cuts.tolist(), len(texts)]):
+        if start == stop:
+            continue
+        joined = _SEPARATOR.join(texts[start:stop])
+        if joined.count(_SEPARATOR_CORE) != stop - start - 1:  # a text holds the separator
+            flat, n = _flatten([encoding.encode_ordinary(t) for t in texts[start:stop]])
+        else:
+            ids = encoding.encode_to_numpy(joined, allowed_special={_SEPARATOR})
+            at = np.flatnonzero(ids == separator)
+            n = np.diff(np.append(at, len(ids)), prepend=-1) - 1
+            flat = np.delete(ids, at).astype(np.int64)
+        flats.append(flat)
+        lengths.append(n)
+    if not flats:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(flats), np.concatenate(lengths)
 
 
 def _flags(n: int) -> np.ndarray:
@@ -140,6 +286,7 @@ def _byte_decoder() -> dict[str, int]:
 _GPT2 = r"'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 #: segments encoded both ways before the tiktoken twin of an HF tokenizer is trusted
 _TWIN_CHECK = 2000
+_TWIN_LOCK = threading.Lock()
 
 
 def _tiktoken_twin(tok: Any) -> tuple[Any, re.Pattern[str] | None] | None:
@@ -178,7 +325,7 @@ def _tiktoken_twin(tok: Any) -> tuple[Any, re.Pattern[str] | None] | None:
     if len(set(ranks.values())) != len(ranks):
         return None
     encoding = tiktoken.Encoding(name="hf-twin", pat_str=_GPT2, mergeable_ranks=ranks,
-                                 special_tokens={})
+                                 special_tokens={_SEPARATOR: max(ranks.values()) + 1})
     added = [t["content"] for t in config.get("added_tokens") or []]
     pattern = re.compile("|".join(map(re.escape, added))) if added else None
     return encoding, pattern
@@ -304,9 +451,9 @@ def _tiktoken(name: str, path: Path) -> Tokenizer:
 
     ranks = load_tiktoken_bpe(str(path))
     pattern = _TIKTOKEN_PATTERNS.get(len(ranks), _CL100K)
-    encoding = tiktoken.Encoding(name=name, pat_str=pattern, mergeable_ranks=ranks,
-                                 special_tokens={})
     size = max(ranks.values()) + 1
+    encoding = tiktoken.Encoding(name=name, pat_str=pattern, mergeable_ranks=ranks,
+                                 special_tokens={_SEPARATOR: size})
     marks, initial = _flags(size), _flags(size)
     for token, rank in ranks.items():
         marks[rank] = _starts_with_mark(token)

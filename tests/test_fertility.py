@@ -6,8 +6,12 @@ import gzip
 import json
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
+from spr_data import tokenizers
+from spr_data.qa import fertility as F
 from spr_data.qa.fertility import fertility_report, read_sources
 from spr_data.tokenizers import load_tokenizer
 from tests.conftest import run_cli
@@ -52,6 +56,8 @@ def test_chars_per_token_match_the_libraries_within_half_a_percent(corpora: Path
         for name, expected in direct.items():
             got = report["tokenizers"][name]["by_lang"][lang]["chars_per_token"]
             assert got == pytest.approx(expected, rel=0.005), (name, lang)
+        assert report["tokenizers"]["llama2"]["by_lang"][lang]["tokens"] == \
+            sum(len(sp.encode(t)) for t in texts)
 
 
 def test_characters_exclude_line_breaks_and_the_chars_baseline_is_one(report: dict):
@@ -197,3 +203,95 @@ def test_a_cleaned_dataset_is_grouped_by_its_langid_column(corpora: Path, tmp_pa
     by_lang = report["tokenizers"]["chars"]["by_lang"]
     assert {"de", "fr", "ru"} <= set(by_lang)
     assert by_lang["de"]["segments"] > 1900 and by_lang["ru"]["segments"] > 1900
+
+
+EDGE_TEXTS = ["", " ", "a", "two  spaces", " leading", "trailing ", "tab\there", "nbsp\u00a0here",
+              "ideographic\u3000space", "line\u2028separator", "don't stop 123 4567 !!", "a ▁ b",
+              "ends with marks \u0995\u09cd\u09b7", "\u09be starts with a vowel sign",
+              f"holds the separator {tokenizers._SEPARATOR} inside", "Ünïcödé ÀÉÎ 中文 mixed",
+              f"ends with most of the separator {tokenizers._SEPARATOR[:-1]}"]
+
+
+@pytest.fixture(scope="module")
+def all_texts(corpora: Path) -> list[str]:
+    """Every NTREX-128 segment (35 files, 23 scripts), Tatoeba eng-cmn and odd spacing."""
+    texts = [t for path in sorted((corpora / "multiparallel/ntrex128").glob("*.txt.gz"))
+             for t in lines(path)]
+    pairs = gzip.decompress((corpora / "parallel/tatoeba_manythings_eng-cmn.tsv.gz")
+                            .read_bytes()).decode().split("\n")[:5000]
+    return texts + [x for p in pairs if p for x in p.split("\t")[:2]] + EDGE_TEXTS
+
+
+@pytest.mark.parametrize("name", ["gpt2-vocab.json", "llama2_tokenizer.model",
+                                  "llama3_tokenizer.model", "llama4_tokenizer.model"])
+def test_a_segment_counts_as_its_first_word_plus_its_other_words(
+        corpora: Path, all_texts: list[str], name: str):
+    """What makes the report fast: the distinct words are encoded once each, and a segment's
+    token statistics are its first word's plus its other words' (each as read after a
+    space). Checked on every segment against the segments encoded whole."""
+    tok = load_tokenizer(str(corpora / "tokenizers" / name))
+    assert tok.encodes_words
+    words = F._Words.of(pa.array(all_texts, pa.large_string()))
+    assert len(words.words) < len(words.occurrence_word) / 2  # words repeat
+    per_word = F._word_stats(words, tok)
+    assert per_word is not None
+    stats = F._encode_stats(words.heads, tok)[:, words.segment_head]
+    for k in range(len(F._STATS)):
+        stats[k] += np.bincount(words.occurrence_segment,
+                                weights=per_word[k][words.occurrence_word],
+                                minlength=len(all_texts)).astype(np.int64)
+    whole = F._encode_stats(all_texts, tok)
+    assert whole[0].sum() > len(all_texts)
+    np.testing.assert_array_equal(stats, whole)
+
+
+@pytest.mark.parametrize("spec", ["gpt2-vocab.json", "llama2_tokenizer.model",
+                                  "llama3_tokenizer.model", "bytes", "chars"])
+def test_encode_flat_is_encode_end_to_end(corpora: Path, spec: str):
+    tok = load_tokenizer(spec if spec in ("bytes", "chars") else
+                         str(corpora / "tokenizers" / spec))
+    texts = lines(ntrex(corpora, "bn"))[:300] + lines(ntrex(corpora, "zh"))[:300] + EDGE_TEXTS
+    ids = tok.encode(texts)
+    flat, lengths = tok.encode_flat(texts)
+    assert lengths.tolist() == [len(x) for x in ids]
+    assert flat.tolist() == [i for x in ids for i in x]
+    if tok.kind == "tiktoken":  # the separator's id never leaks out
+        assert all(i < len(tok.unknown) for i in flat.tolist())
+        assert ids == [tok.encoder.encode_ordinary(t) for t in texts]
+
+
+def test_a_model_whose_pieces_span_spaces_is_counted_whole(tmp_path: Path, corpora: Path):
+    """A SentencePiece model trained without splitting at whitespace has pieces such as
+    ``▁of▁the``: its segments are not the sum of their words, so they are encoded whole."""
+    import sentencepiece as spm
+
+    texts = lines(ntrex(corpora, "en"))
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts * 3), model_prefix=str(tmp_path / "span"), vocab_size=2000,
+        split_by_whitespace=False, max_sentencepiece_length=24, minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "span.model"))
+    assert any("▁" in sp.id_to_piece(i)[1:] for i in range(sp.get_piece_size()))
+    tok = load_tokenizer(str(tmp_path / "span.model"))
+    words = F._Words.of(pa.array(texts, pa.large_string()))
+    assert F._word_stats(words, tok) is None
+    report = fertility_report([F.TextSource("en", "en", texts)], [tok])
+    assert report["tokenizers"]["span.model"]["by_lang"]["en"]["tokens"] == \
+        sum(len(sp.encode(t)) for t in texts)
+
+
+def test_texts_holding_the_joining_separator_are_encoded_one_by_one(corpora: Path):
+    llama3 = load_tokenizer(str(corpora / "tokenizers/llama3_tokenizer.model"))
+    sep = tokenizers._SEPARATOR
+    for texts in ([f"a{sep}b", "next"], [f"ends with {sep[:-1]}", "next"],
+                  ["before", f"{sep[1:]} starts"]):
+        assert llama3.encode(texts) == [llama3.encoder.encode_ordinary(t) for t in texts]
+
+
+def test_words_are_whitespace_separated_units_and_empty_inputs_are_an_error():
+    chars = load_tokenizer("chars")
+    texts = ["", " a  b ", "x", "\tq\u3000r", "three words here"]
+    report = fertility_report([F.TextSource("t", "de", texts), F.TextSource("e", "en", [])],
+                              [chars])
+    assert report["tokenizers"]["chars"]["by_lang"]["de"]["words"] == 0 + 2 + 1 + 2 + 3
+    with pytest.raises(F.InputError, match="no text to measure"):
+        fertility_report([F.TextSource("e", "en", [])], [chars])

@@ -12,9 +12,10 @@ multi-parallel inputs (files whose line i means the same thing).
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,13 +28,15 @@ import pyarrow.compute as pc
 from spr_data.errors import InputError
 from spr_data.qa.scripts import CJK, normalize_lang, profile
 from spr_data.reader import ReaderOptions
-from spr_data.tokenizers import Tokenizer
+from spr_data.tokenizers import FALLBACK, MARK, UNKNOWN, WORD_INITIAL, Tokenizer
 
 __all__ = ["TextSource", "chart_html", "fertility_report", "read_sources"]
 
+log = logging.getLogger(__name__)
+
 _BATCH = 4096
 #: segments of each input whose pre-tokenizer pieces are looked at (every n/SAMPLE-th one)
-PRETOKEN_SAMPLE = 200
+PRETOKEN_SAMPLE = 64
 #: warning thresholds; MARK_SPLIT_WARN applies to the pre-tokenizer's pieces
 MARK_SPLIT_WARN = 0.01
 LOW_CHARS_PER_TOKEN = 2.0
@@ -99,6 +102,17 @@ def _dataset_sources(path: str, reader: ReaderOptions | None) -> list[TextSource
     return out
 
 
+#: per-segment token statistics (rows of a _token_stats array; fields of _Counts)
+_STATS = ("tokens", "fallback", "unknown", "marks", "runs", "continued")
+#: segments encoded whole to check the word-by-word counts of each tokenizer
+_WORDS_CHECK = 1000
+#: rows profiled at once (the profile keeps ~600 bytes a row)
+_PROFILE_ROWS = 1 << 16
+#: whitespace other than a single space between words: such a segment is encoded whole
+_NOT_WORD_SPACED = (r"[\x{9}-\x{d}\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}"
+                    r"\x{202f}\x{205f}\x{3000}]|  |^ | $")
+
+
 @dataclass
 class _Counts:
     """Per-segment counts of one source under one tokenizer."""
@@ -116,82 +130,185 @@ class _Counts:
     pretoken_marks: np.ndarray  # of which begin with a combining mark
 
 
-def _count(texts: list[str], tokenizer: Tokenizer) -> _Counts:
-    arr = pa.array(texts, pa.string())
+@dataclass
+class _Words:
+    """The segments cut at their spaces, each distinct piece kept once: a segment with
+    single spaces is its head (the first word) then its other words; any other segment is
+    a head of its own."""
+
+    heads: list[str]  # distinct heads
+    segment_head: np.ndarray  # per segment: its head
+    words: list[str]  # distinct words after a space (without it)
+    occurrence_word: np.ndarray  # per occurrence of a word after a space: the word
+    occurrence_segment: np.ndarray  # ... and its segment
+
+    @classmethod
+    def of(cls, texts: pa.Array) -> _Words:
+        spaced = pc.invert(pc.match_substring_regex(texts, _NOT_WORD_SPACED))
+        parts = pc.split_pattern(texts, " ")
+        heads = pc.if_else(spaced, pc.list_element(parts, 0), texts).dictionary_encode()
+        offsets = parts.offsets.to_numpy()
+        later = np.ones(offsets[-1], dtype=bool)
+        later[offsets[:-1][offsets[:-1] < offsets[-1]]] = False
+        parent = pc.list_parent_indices(parts).to_numpy()
+        later &= spaced.to_numpy(zero_copy_only=False)[parent]
+        words = parts.values.filter(pa.array(later)).dictionary_encode()
+        return cls(heads.dictionary.to_pylist(), heads.indices.to_numpy(),
+                   words.dictionary.to_pylist(), words.indices.to_numpy(), parent[later])
+
+
+def _token_stats(flat: np.ndarray, lengths: np.ndarray, tokenizer: Tokenizer) -> np.ndarray:
+    """The _STATS of each of ``len(lengths)`` texts whose token ids are ``flat`` end to end."""
+    n = len(lengths)
+    out = np.zeros((len(_STATS), n), dtype=np.int64)
+    out[0] = lengths
+    if not len(flat):
+        return out
+    bits = tokenizer.id_bits[np.minimum(flat, len(tokenizer.id_bits) - 1)]
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+
+    def per_text(hit: np.ndarray) -> np.ndarray:
+        total = np.concatenate(([0], np.cumsum(hit, dtype=np.int64)))
+        counts: np.ndarray = total[ends] - total[starts]
+        return counts
+
+    for k, bit in enumerate((FALLBACK, UNKNOWN, MARK), start=1):
+        out[k] = per_text(bits & bit != 0)
+    if tokenizer.word_initial is not None:
+        # a word starts at a word-initial token or at a text's first token
+        begins = bits & WORD_INITIAL != 0
+        begins[starts[lengths > 0]] = True
+        at = np.flatnonzero(begins)
+        long_run = np.zeros(len(flat), dtype=bool)
+        long_run[at[np.diff(at, append=len(flat)) >= 2]] = True
+        out[4] = per_text(begins)
+        out[5] = per_text(long_run)
+    return out
+
+
+def _encode_stats(texts: list[str], tokenizer: Tokenizer) -> np.ndarray:
+    stats = [_token_stats(*tokenizer.encode_flat(texts[i:i + _BATCH]), tokenizer)
+             for i in range(0, len(texts), _BATCH)]
+    return np.concatenate(stats, axis=1) if stats else np.zeros((len(_STATS), 0), np.int64)
+
+
+def _word_stats(words: _Words, tokenizer: Tokenizer) -> np.ndarray | None:
+    encoded = tokenizer.encode_words(words.words)
+    return None if encoded is None else _token_stats(*encoded, tokenizer)
+
+
+def _submit_stats(pool: ThreadPoolExecutor, texts: list[str], words: _Words | None,
+                  tokenizer: Tokenizer) -> Callable[[], np.ndarray]:
+    """Queue the tasks that give each segment's _STATS under ``tokenizer``: from its words
+    and heads when it encodes words alone, else from the segments whole. The callable
+    returned waits for them."""
+    if words is None or not tokenizer.encodes_words:
+        return pool.submit(_encode_stats, texts, tokenizer).result
+    by_word = pool.submit(_word_stats, words, tokenizer)
+    by_head = pool.submit(_encode_stats, words.heads, tokenizer)
+
+    def collect() -> np.ndarray:
+        per_word = by_word.result()
+        stats = None if per_word is None else _combine(texts, words, per_word,
+                                                        by_head.result(), tokenizer)
+        return stats if stats is not None else _encode_stats(texts, tokenizer)
+
+    return collect
+
+
+def _combine(texts: list[str], words: _Words, per_word: np.ndarray, per_head: np.ndarray,
+             tokenizer: Tokenizer) -> np.ndarray | None:
+    """Each segment's _STATS as its head's plus its words'; None unless they equal the
+    segments' own on a sample of segments encoded whole."""
+    stats = per_head[:, words.segment_head]
+    for k in range(len(_STATS)):
+        stats[k] += np.bincount(words.occurrence_segment,
+                                weights=per_word[k][words.occurrence_word],
+                                minlength=len(texts)).astype(np.int64)
+    check = np.unique(np.linspace(0, max(len(texts) - 1, 0), min(_WORDS_CHECK, len(texts)))
+                      .astype(np.int64))
+    if np.array_equal(stats[:, check], _encode_stats([texts[i] for i in check], tokenizer)):
+        return stats
+    log.info("%s: word-by-word counts differ from whole segments; encoding whole",
+             tokenizer.name)
+    return None
+
+
+def _text_stats(array: pa.Array, bounds: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Each segment's dominant script (profiled a block of one source at a time: an ASCII
+    source takes a fast path), characters, bytes and whitespace-separated words."""
+    scripts = [profile(array.slice(i, min(b, i + _PROFILE_ROWS) - i)).dominant_script()
+               for a, b in itertools.pairwise(bounds) for i in range(a, b, _PROFILE_ROWS)]
+    scripts.append(np.zeros(0, dtype=str))
+    parts = pc.utf8_split_whitespace(array)  # leading/trailing whitespace gives "" parts
+    empty = pc.equal(pc.utf8_length(parts.values), 0).to_numpy(zero_copy_only=False)
+    words = (pc.list_value_length(parts).to_numpy() - np.bincount(
+        pc.list_parent_indices(parts).to_numpy()[empty], minlength=len(array)))
+    return (np.concatenate(scripts), np.asarray(pc.utf8_length(array).to_numpy()),
+            np.asarray(pc.binary_length(array).to_numpy()), words)
+
+
+def _pretoken_sample(sources: list[TextSource],
+                     tokenizer: Tokenizer) -> list[tuple[np.ndarray, np.ndarray]]:
+    return [_pretoken_stats(s.texts, tokenizer) for s in sources]
+
+
+def _pretoken_stats(texts: list[str], tokenizer: Tokenizer) -> tuple[np.ndarray, np.ndarray]:
+    """The pre-tokenizer's pieces, and those beginning with a combining mark, on every
+    n/PRETOKEN_SAMPLE-th segment (-1 elsewhere): its cuts are a rate, a sample measures it."""
     n = len(texts)
-    tokens = np.zeros(n, dtype=np.int64)
-    fallback, unknown, marks, runs, continued = (np.zeros(n, dtype=np.int64) for _ in range(5))
-    for start in range(0, n, _BATCH):
-        ids = tokenizer.encode(texts[start:start + _BATCH])
-        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64,
-                           count=int(lengths.sum()))
-        rows = np.repeat(np.arange(len(ids)), lengths)
-        stop = start + len(ids)
-        tokens[start:stop] = lengths
-        for out, flags in ((fallback, tokenizer.byte_fallback), (unknown, tokenizer.unknown),
-                           (marks, tokenizer.starts_with_mark)):
-            hit = flags[np.minimum(flat, len(flags) - 1)]
-            out[start:stop] = np.bincount(rows[hit], minlength=len(ids))
-        if tokenizer.word_initial is not None and len(flat):
-            # a word starts at a word-initial token or at a segment's first token
-            begins = tokenizer.word_initial[np.minimum(flat, len(tokenizer.word_initial) - 1)]
-            begins[np.cumsum(lengths)[:-1][lengths[1:] > 0]] = True
-            begins[0] = True
-            run_id = np.cumsum(begins) - 1
-            run_len = np.bincount(run_id)
-            run_row = rows[begins]
-            runs[start:stop] = np.bincount(run_row, minlength=len(ids))
-            continued[start:stop] = np.bincount(run_row[run_len >= 2], minlength=len(ids))
-    words = pc.list_value_length(pc.utf8_split_whitespace(arr)).to_numpy()
     pretokens = np.full(n, -1, dtype=np.int64)
     pretoken_marks = np.zeros(n, dtype=np.int64)
-    # the pre-tokenizer's cuts are a rate: a sample of each input measures it
     for i in range(0, n, max(1, n // PRETOKEN_SAMPLE)):
         pieces = tokenizer.pretokens([texts[i]])
         if pieces is None:
             break
         pretokens[i] = len(pieces)
         pretoken_marks[i] = sum(1 for p in pieces if p and _is_mark(p[0]))
-    return _Counts(np.asarray(pc.utf8_length(arr).to_numpy()),
-                   np.asarray(pc.binary_length(arr).to_numpy()), np.asarray(words), tokens,
-                   fallback, unknown, marks, runs, continued, pretokens, pretoken_marks)
+    return pretokens, pretoken_marks
 
 
 def _is_mark(char: str) -> bool:
     return unicodedata.category(char).startswith("M")
 
 
-def _metrics(c: _Counts, sel: np.ndarray, total_chars: int, total_tokens: int,
-             spaceless: bool) -> dict[str, Any]:
-    chars, nbytes = int(c.chars[sel].sum()), int(c.bytes[sel].sum())
-    tokens = int(c.tokens[sel].sum())
-    words = int(c.words[sel].sum())
-    per = max(tokens, 1)
-    return {
-        "segments": int(sel.sum()), "chars": chars, "bytes": nbytes, "tokens": tokens,
-        "words": words,
-        "chars_per_token": round(chars / per, 4), "bytes_per_token": round(nbytes / per, 4),
-        "tokens_per_word": round(tokens / max(words, 1), 4),
-        "byte_fallback_rate": round(int(c.fallback[sel].sum()) / per, 5),
-        "unknown_rate": round(int(c.unknown[sel].sum()) / per, 5),
-        "mark_split_rate": round(int(c.marks[sel].sum()) / per, 5),
-        "continued_words": round(int(c.continued[sel].sum()) / max(int(c.runs[sel].sum()), 1),
-                                 5),
-        "pretoken_mark_split_rate": _pretoken_rate(c, sel),
-        "char_share": round(chars / max(total_chars, 1), 5),
-        "token_share": round(tokens / max(total_tokens, 1), 5),
-        "spaceless_script": spaceless,
-    }
+def _group_metrics(c: _Counts, codes: np.ndarray, names: list[str],
+                   spaceless: frozenset[str] = frozenset()) -> dict[str, dict[str, Any]]:
+    """The metrics of each group of segments (``codes`` index ``names``)."""
+    groups = len(names)
 
+    def total(values: np.ndarray) -> list[int]:
+        sums: list[int] = np.bincount(codes, weights=values,
+                                      minlength=groups).astype(np.int64).tolist()
+        return sums
 
-def _pretoken_rate(c: _Counts, sel: np.ndarray) -> float | None:
-    """Share of the sampled pre-tokenizer pieces that begin with a combining mark."""
-    sampled = sel & (c.pretokens >= 0)
-    if not sampled.any():
-        return None
-    return round(int(c.pretoken_marks[sampled].sum()) / max(int(c.pretokens[sampled].sum()), 1),
-                 5)
+    sums = {f: total(getattr(c, f)) for f in _Counts.__dataclass_fields__}
+    sampled = c.pretokens >= 0  # the pre-tokenizer's pieces, on a sample of segments
+    pieces, piece_marks = total(np.where(sampled, c.pretokens, 0)), total(c.pretoken_marks)
+    has_sample = total(sampled)
+    segments = np.bincount(codes, minlength=groups).tolist()
+    all_chars, all_tokens = max(int(c.chars.sum()), 1), max(int(c.tokens.sum()), 1)
+    out = {}
+    for g, name in enumerate(names):
+        chars, nbytes, tokens, words = (sums[f][g] for f in ("chars", "bytes", "tokens", "words"))
+        per = max(tokens, 1)
+        out[name] = {
+            "segments": segments[g], "chars": chars, "bytes": nbytes, "tokens": tokens,
+            "words": words,
+            "chars_per_token": round(chars / per, 4), "bytes_per_token": round(nbytes / per, 4),
+            "tokens_per_word": round(tokens / max(words, 1), 4),
+            "byte_fallback_rate": round(sums["fallback"][g] / per, 5),
+            "unknown_rate": round(sums["unknown"][g] / per, 5),
+            "mark_split_rate": round(sums["marks"][g] / per, 5),
+            "continued_words": round(sums["continued"][g] / max(sums["runs"][g], 1), 5),
+            "pretoken_mark_split_rate": (round(piece_marks[g] / max(pieces[g], 1), 5)
+                                         if has_sample[g] else None),
+            "char_share": round(chars / all_chars, 5),
+            "token_share": round(tokens / all_tokens, 5),
+            "spaceless_script": name in spaceless,
+        }
+    return out
 
 
 def fertility_report(sources: list[TextSource], tokenizers: list[Tokenizer], *,
@@ -199,32 +316,44 @@ def fertility_report(sources: list[TextSource], tokenizers: list[Tokenizer], *,
     """The report as the CLI's ``--json`` writes it (see the README for every field)."""
     if not sources:
         raise InputError("no input text to measure")
-    scripts = np.concatenate([profile(pa.array(s.texts, pa.string())).dominant_script()
-                              for s in sources]) if sources else np.array([])
-    per_segment: list[str | None] = [
-        lang for s in sources
-        for lang in (s.seg_langs if s.seg_langs is not None else [s.lang] * len(s.texts))]
-    langs = np.array([normalize_lang(lang) if lang else "und" for lang in per_segment],
-                     dtype=object)
+    texts = [t for s in sources for t in s.texts]
+    if not texts:
+        raise InputError(f"no text to measure: {', '.join(s.name for s in sources)} "
+                         "hold no segments")
+    array = pa.array(texts, pa.large_string())
+    bounds = np.cumsum([0] + [len(s.texts) for s in sources])
+    langs = np.concatenate([
+        np.array([normalize_lang(lang) if lang else "und" for lang in s.seg_langs], dtype=object)
+        if s.seg_langs is not None else
+        np.full(len(s.texts), normalize_lang(s.lang) if s.lang else "und", dtype=object)
+        for s in sources])
     ref = normalize_lang(reference)
     report: dict[str, Any] = {"tokenizers": {}, "warnings": [], "reference": ref}
-    # SentencePiece and HF release the GIL while they encode: one tokenizer's Python-side
-    # work overlaps another's native work
+
+    # the libraries encode in native code without the GIL, as do Arrow and numpy: two
+    # threads share the tasks (text statistics; per tokenizer, its words, heads and
+    # pre-tokenizer sample)
     with ThreadPoolExecutor(2) as pool:
-        counted = list(pool.map(lambda tok: [_count(s.texts, tok) for s in sources], tokenizers))
-    for tok, per_source in zip(tokenizers, counted, strict=True):
-        counts = _Counts(*(np.concatenate([getattr(c, f) for c in per_source])
-                           for f in _Counts.__dataclass_fields__))
-        total_chars, total_tokens = int(counts.chars.sum()), int(counts.tokens.sum())
-        by_script = {
-            str(script): _metrics(counts, scripts == script, total_chars, total_tokens,
-                                  str(script) in CJK)
-            for script in sorted(set(scripts.tolist()))
-        }
-        by_lang = {
-            str(lang): _metrics(counts, langs == lang, total_chars, total_tokens, False)
-            for lang in sorted(set(langs.tolist())) if lang != "und"
-        }
+        text_stats = pool.submit(_text_stats, array, bounds)
+        words = _Words.of(array) if any(t.encodes_words for t in tokenizers) else None
+        stats = [_submit_stats(pool, texts, words, t) for t in tokenizers]
+        pretokens = [pool.submit(_pretoken_sample, sources, t) for t in tokenizers]
+        measured = [(collect(), task.result())
+                    for collect, task in zip(stats, pretokens, strict=True)]
+    scripts, chars, nbytes, nwords = text_stats.result()
+    unique_scripts, script_codes = np.unique(scripts, return_inverse=True)
+    unique_langs, lang_codes = np.unique(langs, return_inverse=True)
+    script_names, lang_names = [str(x) for x in unique_scripts], [str(x) for x in unique_langs]
+    for tok, (tok_stats, pretoken) in zip(tokenizers, measured, strict=True):
+        pieces = np.concatenate([p for p, _ in pretoken])
+        piece_marks = np.concatenate([m for _, m in pretoken])
+        counts = _Counts(chars=chars, bytes=nbytes, words=nwords, pretokens=pieces,
+                         pretoken_marks=piece_marks, **dict(zip(_STATS, tok_stats, strict=True)))
+        per_source = [_Counts(*(getattr(counts, f)[a:b] for f in _Counts.__dataclass_fields__))
+                      for a, b in itertools.pairwise(bounds)]
+        by_script = _group_metrics(counts, script_codes, script_names, CJK)
+        by_lang = _group_metrics(counts, lang_codes, lang_names)
+        by_lang.pop("und", None)
         _add_parity(by_lang, sources, per_source, ref)
         report["tokenizers"][tok.name] = {"kind": tok.kind, "by_script": by_script,
                                           "by_lang": by_lang}
@@ -242,8 +371,8 @@ def _add_parity(by_lang: dict[str, Any], sources: list[TextSource], counts: list
         return
     base = refs[0]
     for s, c in zip(sources, counts, strict=True):
-        if s.lang and len(c.tokens) == len(base.tokens):
-            lang = normalize_lang(s.lang)
+        lang = normalize_lang(s.lang) if s.lang else None
+        if lang in by_lang and len(c.tokens) == len(base.tokens):
             by_lang[lang]["parity"] = round(int(c.tokens.sum()) / max(int(base.tokens.sum()), 1), 4)
 
 
