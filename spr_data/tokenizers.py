@@ -20,12 +20,14 @@ import json
 import re
 import threading
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from spr_data.errors import InputError
 
@@ -88,11 +90,15 @@ class Tokenizer:
         self._twin: tuple[Any, re.Pattern[str] | None] | None = (
             _tiktoken_twin(self.encoder) if byte_level else None)
         self._twin_checked = False
+        self._spaces_split: bool | None = None
+        self._maps_chars = True  # a SentencePiece normalizer with a character map (NFKC)
 
     @property
     def encodes_words(self) -> bool:
-        """Whether ``encode_words`` may work (it still returns None when it cannot)."""
-        return self.kind in ("tiktoken", "sentencepiece") or self._twin is not None
+        """Whether ``encode_words`` can work (it returns None where it finds it cannot)."""
+        if self.kind == "sentencepiece":
+            return self._pieces_stop_at_spaces()
+        return self.kind == "tiktoken" or self._twin is not None
 
     def pretokens(self, texts: Sequence[str]) -> list[str] | None:
         """The pieces the tokenizer's pre-tokenizer cuts ``texts`` into, before any merge;
@@ -146,37 +152,68 @@ class Tokenizer:
 
     def encode_words(self, words: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
         """Token ids of each word as it reads after a space in running text (``" " + word``),
-        end to end, and each word's number of tokens; None when this tokenizer's pieces may
-        span a space, so that a text is not the sum of its words.
+        end to end, and each word's number of tokens; None when this tokenizer cannot.
 
         A text holding single spaces only is then its first word (encoded alone) followed by
         its other words: the pre-tokenizer regexes of GPT-2 and tiktoken start a piece at every
         space followed by a non-space, and SentencePiece (splitting at whitespace, with its
         dummy ``▁`` prefix) starts a piece at every ``▁``. Words repeat: the fertility report
-        encodes each distinct word once."""
+        encodes each distinct word once. Give only words that ``encodes_alone`` accepts."""
         words = list(words)
         if self.kind == "tiktoken" or self._twin is not None:
             if self.kind != "tiktoken" and self._checked_twin(words) is None:
                 return None
             return self.encode_flat([" " + w for w in words])
-        if self.kind != "sentencepiece" or self.word_initial is None:
+        if self.kind != "sentencepiece" or self.word_initial is None \
+                or not self._pieces_stop_at_spaces():
             return None
-        # a ▁ in a word reads as a space, so that word has several word-initial tokens: it is
-        # encoded alone (the dummy prefix stands for its space); the others are joined
-        odd = np.fromiter(("\u2581" in w for w in words), dtype=bool, count=len(words))
-        joined = self._encode_joined_words(
-            [w for w, o in zip(words, odd, strict=True) if not o], self.word_initial)
-        if joined is None:
-            return None
-        if not odd.any():
-            return joined
-        alone = _flatten(self.encoder.encode([w for w, o in zip(words, odd, strict=True) if o]))
-        lengths = np.zeros(len(words), dtype=np.int64)
-        lengths[~odd], lengths[odd] = joined[1], alone[1]
-        owner = np.repeat(np.arange(len(words)), lengths)
-        flat = np.zeros(int(lengths.sum()), dtype=np.int64)
-        flat[~odd[owner]], flat[odd[owner]] = joined[0], alone[0]
-        return flat, lengths
+        return self._encode_joined_words(words, self.word_initial)
+
+    def encodes_alone(self, texts: Sequence[str]) -> np.ndarray:
+        """Per text (a word without spaces, or a segment's first word): whether it gets the
+        same tokens out of its segment (see ``encode_words``) as in it. Not for a tokenizer
+        that cannot encode words alone; not for an HF one's added tokens (they may take the
+        space beside them); not for a SentencePiece model whose pieces span ``▁`` or a word
+        that holds a ``▁`` (it reads as a space) or that its normalizer turns into more or
+        fewer than one ``▁``-led word (a zero-width space in it, with NFKC)."""
+        texts = list(texts)
+        ok = np.ones(len(texts), dtype=bool)
+        if self.kind == "tiktoken":
+            return ok
+        if self._twin is not None:
+            added = self._twin[1]
+            if added is not None:
+                ok[[i for i, t in enumerate(texts) if added.search(t)]] = False
+            return ok
+        if self.kind != "sentencepiece" or not self._pieces_stop_at_spaces():
+            return ~ok
+        array = pa.array(texts, pa.large_string())
+        ok = ~np.asarray(pc.match_substring(array, "\u2581").to_numpy(zero_copy_only=False))
+        if self._maps_chars:  # what the map makes of each text: still one ▁-led word?
+            normal = pa.array(self.encoder.normalize(texts), pa.large_string())
+            ok &= np.asarray(pc.and_(
+                pc.equal(pc.count_substring(normal, "\u2581"), 1),
+                pc.and_(pc.starts_with(normal, "\u2581"),
+                        pc.greater(pc.utf8_length(normal), 1))).to_numpy(zero_copy_only=False))
+        return ok
+
+    def _pieces_stop_at_spaces(self) -> bool:
+        """Whether this SentencePiece model encodes each word on its own: a BPE (or word, or
+        character) model with a dummy ``▁`` prefix, none of whose pieces but whitespace-only
+        ones holds a ``▁`` past its start (a model trained without splitting at whitespace
+        has ``▁of▁the``). Not a
+        unigram model: its best path sums scores over the whole text, so near-ties between
+        two splits of a word fall one way or the other with the rounding of what precedes."""
+        if self._spaces_split is None:
+            sp = self.encoder
+            pieces = (sp.id_to_piece(i) for i in range(sp.get_piece_size()))
+            proto = sp.serialized_model_proto()
+            self._maps_chars = bool(_proto_field(proto, _NORMALIZER_SPEC, _CHARSMAP))
+            self._spaces_split = (
+                _proto_field(proto, _TRAINER_SPEC, _MODEL_TYPE) not in (None, _UNIGRAM)
+                and sp.normalize("a") == "\u2581a"  # a dummy ▁ stands for a word's space
+                and not any(p.strip("\u2581") and "\u2581" in p[1:] for p in pieces))
+        return self._spaces_split
 
     def _encode_joined_words(self, words: list[str],
                              initial: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -196,6 +233,11 @@ class Tokenizer:
         if not flats:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         return np.concatenate(flats), np.concatenate(lengths)
+
+    def check(self, texts: Sequence[str]) -> None:
+        """Check a fast path against the library on these texts, before any other call: the
+        tiktoken twin of an HF tokenizer (used only if both give the same ids)."""
+        self._checked_twin(list(texts))
 
     def _checked_twin(self, texts: list[str]) -> Any:
         """The tiktoken twin, once its ids matched the HF library's on the first texts it
@@ -262,6 +304,55 @@ def _encode_joined(encoding: Any, texts: list[str]) -> tuple[np.ndarray, np.ndar
     if not flats:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     return np.concatenate(flats), np.concatenate(lengths)
+
+
+#: ModelProto.trainer_spec.model_type of a SentencePiece model: unigram (the default)
+_TRAINER_SPEC, _MODEL_TYPE, _UNIGRAM = 2, 3, 1
+#: ModelProto.normalizer_spec.precompiled_charsmap: empty when only whitespace is normalized
+_NORMALIZER_SPEC, _CHARSMAP = 3, 2
+
+
+def _proto_field(proto: bytes, outer: int, inner: int) -> bytes | int | None:
+    """Field ``inner`` of message field ``outer`` of a serialized protobuf message (the
+    last one, as protobuf reads them), without the protobuf library; None when absent."""
+
+    def fields(data: bytes) -> Iterator[tuple[int, bytes | int]]:
+        i = 0
+        while i < len(data):
+            key, i = _varint(data, i)
+            number, wire = key >> 3, key & 7
+            if wire == 0:
+                value, i = _varint(data, i)
+                yield number, value
+            elif wire == 2:
+                size, i = _varint(data, i)
+                yield number, data[i:i + size]
+                i += size
+            elif wire in (1, 5):  # fixed 64 / 32 bits
+                i += 8 if wire == 1 else 4
+            else:
+                raise InputError(f"unexpected protobuf wire type {wire} in a SentencePiece model")
+
+    found = None
+    for number, message in fields(proto):
+        if number == outer and isinstance(message, bytes):
+            for field, value in fields(message):
+                if field == inner:
+                    found = value
+    return found
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if i >= len(data):
+            raise InputError("truncated protobuf varint in a SentencePiece model")
+        byte = data[i]
+        value |= (byte & 0x7F) << shift
+        i += 1
+        if byte < 0x80:
+            return value, i
+        shift += 7
 
 
 def _flags(n: int) -> np.ndarray:

@@ -209,7 +209,23 @@ EDGE_TEXTS = ["", " ", "a", "two  spaces", " leading", "trailing ", "tab\there",
               "ideographic\u3000space", "line\u2028separator", "don't stop 123 4567 !!", "a ▁ b",
               "ends with marks \u0995\u09cd\u09b7", "\u09be starts with a vowel sign",
               f"holds the separator {tokenizers._SEPARATOR} inside", "Ünïcödé ÀÉÎ 中文 mixed",
-              f"ends with most of the separator {tokenizers._SEPARATOR[:-1]}"]
+              f"ends with most of the separator {tokenizers._SEPARATOR[:-1]}",
+              # ▁ reads as a space to SentencePiece, and Llama 2 has ▁▁ pieces
+              "x▁ ▁y", "x▁ \U0001f600", "a ▁ ▁ b", "a m▁ b", "▁lead and trail▁",
+              # zero-width characters: NFKC models turn some into spaces
+              "see b\u200bc \u200b here", "b\u200bc d", "\u200b", "x \ufeff y \u200c z",
+              "ﬁne ligature ¨ diaeresis", "digits 2024 and ½ and ①"]
+
+
+def word_path_stats(texts: list[str], tok: tokenizers.Tokenizer) -> np.ndarray | None:
+    """The report's word-by-word statistics of every segment (None: it encodes them whole)."""
+    if not tok.encodes_words:
+        return None
+    words = F._Words.of(pa.array(texts, pa.large_string()))
+    per_word = F._word_stats(words, tok)
+    if per_word is None:
+        return None
+    return F._combine(texts, words, *per_word, F._encode_stats(words.heads, tok), tok)
 
 
 @pytest.fixture(scope="module")
@@ -233,16 +249,70 @@ def test_a_segment_counts_as_its_first_word_plus_its_other_words(
     assert tok.encodes_words
     words = F._Words.of(pa.array(all_texts, pa.large_string()))
     assert len(words.words) < len(words.occurrence_word) / 2  # words repeat
-    per_word = F._word_stats(words, tok)
-    assert per_word is not None
-    stats = F._encode_stats(words.heads, tok)[:, words.segment_head]
-    for k in range(len(F._STATS)):
-        stats[k] += np.bincount(words.occurrence_segment,
-                                weights=per_word[k][words.occurrence_word],
-                                minlength=len(all_texts)).astype(np.int64)
+    stats = word_path_stats(all_texts, tok)
+    assert stats is not None
     whole = F._encode_stats(all_texts, tok)
     assert whole[0].sum() > len(all_texts)
     np.testing.assert_array_equal(stats, whole)
+
+
+SENTENCEPIECE_OPTIONS = {  # and whether the report may count such a model word by word
+    "bpe": ({"model_type": "bpe"}, True),  # nmt_nfkc: zero-width spaces become spaces
+    "bpe-identity": ({"model_type": "bpe", "normalization_rule_name": "identity"}, True),
+    "bpe-keep-spaces": ({"model_type": "bpe", "normalization_rule_name": "identity",
+                         "remove_extra_whitespaces": False}, True),
+    "bpe-digits-bytes": ({"model_type": "bpe", "split_digits": True, "byte_fallback": True},
+                         True),
+    "unigram": ({}, False),  # near-ties in its best path fall with the rounding before them
+    "symbol-across-a-space": ({"model_type": "bpe", "user_defined_symbols": ["▁the▁"]},
+                              False),
+    "suffix": ({"model_type": "bpe", "treat_whitespace_as_suffix": True}, False),
+    "no-dummy-prefix": ({"model_type": "bpe", "add_dummy_prefix": False}, False),
+    "across-spaces": ({"model_type": "bpe", "split_by_whitespace": False,
+                       "max_sentencepiece_length": 24}, False),
+}
+
+
+@pytest.mark.parametrize("options", list(SENTENCEPIECE_OPTIONS))
+def test_sentencepiece_models_of_any_options_count_as_whole_segments(
+        tmp_path: Path, corpora: Path, options: str):
+    """Whatever the model's options, the word-by-word statistics equal the whole segments'
+    on every segment, or the report encodes the segments whole: a unigram model, and a model
+    whose pieces may span a space or that has no ``▁`` to start each word."""
+    import sentencepiece as spm
+
+    train = lines(ntrex(corpora, "en")) + lines(ntrex(corpora, "bn"))[:500]
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(train), model_prefix=str(tmp_path / "m"), vocab_size=3000,
+        minloglevel=2, **SENTENCEPIECE_OPTIONS[options][0])
+    tok = load_tokenizer(str(tmp_path / "m.model"))
+    texts = train + lines(corpora / "multiparallel/ntrex128/newstest2019-ref.fas.txt.gz")[:300]
+    texts += EDGE_TEXTS * 3
+    stats = word_path_stats(texts, tok)
+    assert (stats is not None) == SENTENCEPIECE_OPTIONS[options][1]
+    if stats is not None:
+        np.testing.assert_array_equal(stats, F._encode_stats(texts, tok))
+    report = fertility_report([F.TextSource("en", "en", texts)], [tok])
+    assert report["tokenizers"]["m.model"]["by_lang"]["en"]["tokens"] == \
+        sum(map(len, tok.encoder.encode(texts)))
+
+
+def test_an_added_token_that_takes_the_space_beside_it(tmp_path: Path, corpora: Path):
+    from tokenizers import AddedToken, models, pre_tokenizers
+    from tokenizers import Tokenizer as HF
+
+    tokenizers_dir = corpora / "tokenizers"
+    hf = HF(models.BPE.from_file(str(tokenizers_dir / "gpt2-vocab.json"),
+                                 str(tokenizers_dir / "gpt2-merges.txt")))
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.add_tokens([AddedToken("<m>", rstrip=True), AddedToken("<l>", lstrip=True)])
+    hf.save(str(tmp_path / "tokenizer.json"))
+    tok = load_tokenizer(str(tmp_path / "tokenizer.json"))
+    texts = lines(ntrex(corpora, "en")) + ["<m> 's", "<m> ok", "a <l>", "x <m> y <l> z"] * 5
+    stats = word_path_stats(texts, tok)
+    assert stats is not None and tok._twin is not None
+    np.testing.assert_array_equal(stats, F._encode_stats(texts, tok))
+    assert stats[0].sum() == sum(len(hf.encode(t, add_special_tokens=False).ids) for t in texts)
 
 
 @pytest.mark.parametrize("spec", ["gpt2-vocab.json", "llama2_tokenizer.model",
@@ -258,25 +328,6 @@ def test_encode_flat_is_encode_end_to_end(corpora: Path, spec: str):
     if tok.kind == "tiktoken":  # the separator's id never leaks out
         assert all(i < len(tok.unknown) for i in flat.tolist())
         assert ids == [tok.encoder.encode_ordinary(t) for t in texts]
-
-
-def test_a_model_whose_pieces_span_spaces_is_counted_whole(tmp_path: Path, corpora: Path):
-    """A SentencePiece model trained without splitting at whitespace has pieces such as
-    ``▁of▁the``: its segments are not the sum of their words, so they are encoded whole."""
-    import sentencepiece as spm
-
-    texts = lines(ntrex(corpora, "en"))
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(texts * 3), model_prefix=str(tmp_path / "span"), vocab_size=2000,
-        split_by_whitespace=False, max_sentencepiece_length=24, minloglevel=2)
-    sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "span.model"))
-    assert any("▁" in sp.id_to_piece(i)[1:] for i in range(sp.get_piece_size()))
-    tok = load_tokenizer(str(tmp_path / "span.model"))
-    words = F._Words.of(pa.array(texts, pa.large_string()))
-    assert F._word_stats(words, tok) is None
-    report = fertility_report([F.TextSource("en", "en", texts)], [tok])
-    assert report["tokenizers"]["span.model"]["by_lang"]["en"]["tokens"] == \
-        sum(len(sp.encode(t)) for t in texts)
 
 
 def test_texts_holding_the_joining_separator_are_encoded_one_by_one(corpora: Path):

@@ -92,7 +92,7 @@ def _dataset_sources(path: str, reader: ReaderOptions | None) -> list[TextSource
     out = []
     columns = text_columns(ds.kind)  # type: ignore[arg-type]
     for i, column in enumerate(columns):
-        texts = [t for b in ds.iter_batches() for t in b.column(column).to_pylist()]
+        texts = [t or "" for b in ds.iter_batches() for t in b.column(column).to_pylist()]
         lang = ds.langs[i] if i < len(ds.langs) and ds.langs[i] != "und" else None
         side = "text" if len(columns) == 1 else ("src", "tgt")[i]
         seg_langs = None
@@ -193,9 +193,16 @@ def _encode_stats(texts: list[str], tokenizer: Tokenizer) -> np.ndarray:
     return np.concatenate(stats, axis=1) if stats else np.zeros((len(_STATS), 0), np.int64)
 
 
-def _word_stats(words: _Words, tokenizer: Tokenizer) -> np.ndarray | None:
-    encoded = tokenizer.encode_words(words.words)
-    return None if encoded is None else _token_stats(*encoded, tokenizer)
+def _word_stats(words: _Words, tokenizer: Tokenizer) -> tuple[np.ndarray, np.ndarray] | None:
+    """The _STATS of each distinct word that ``tokenizer`` encodes alone (zeros for the
+    others), and which those are."""
+    alone = tokenizer.encodes_alone(words.words)
+    encoded = tokenizer.encode_words([w for w, ok in zip(words.words, alone, strict=True) if ok])
+    if encoded is None:
+        return None
+    stats = np.zeros((len(_STATS), len(words.words)), dtype=np.int64)
+    stats[:, alone] = _token_stats(*encoded, tokenizer)
+    return stats, alone
 
 
 def _submit_stats(pool: ThreadPoolExecutor, texts: list[str], words: _Words | None,
@@ -205,29 +212,41 @@ def _submit_stats(pool: ThreadPoolExecutor, texts: list[str], words: _Words | No
     returned waits for them."""
     if words is None or not tokenizer.encodes_words:
         return pool.submit(_encode_stats, texts, tokenizer).result
+    # the fast paths are checked on segments spread over the input, not on bare words
+    tokenizer.check([texts[i] for i in _spread(len(texts), _WORDS_CHECK)])
     by_word = pool.submit(_word_stats, words, tokenizer)
     by_head = pool.submit(_encode_stats, words.heads, tokenizer)
 
     def collect() -> np.ndarray:
         per_word = by_word.result()
-        stats = None if per_word is None else _combine(texts, words, per_word,
+        stats = None if per_word is None else _combine(texts, words, *per_word,
                                                         by_head.result(), tokenizer)
         return stats if stats is not None else _encode_stats(texts, tokenizer)
 
     return collect
 
 
-def _combine(texts: list[str], words: _Words, per_word: np.ndarray, per_head: np.ndarray,
-             tokenizer: Tokenizer) -> np.ndarray | None:
-    """Each segment's _STATS as its head's plus its words'; None unless they equal the
+def _spread(n: int, count: int) -> np.ndarray:
+    """Up to ``count`` indices spread evenly over ``range(n)``."""
+    return np.unique(np.linspace(0, max(n - 1, 0), min(count, n)).astype(np.int64))
+
+
+def _combine(texts: list[str], words: _Words, per_word: np.ndarray, word_alone: np.ndarray,
+             per_head: np.ndarray, tokenizer: Tokenizer) -> np.ndarray | None:
+    """Each segment's _STATS as its head's plus its words'; segments with a head or word
+    that is not encoded alone are encoded whole. None unless the result equals the
     segments' own on a sample of segments encoded whole."""
     stats = per_head[:, words.segment_head]
     for k in range(len(_STATS)):
         stats[k] += np.bincount(words.occurrence_segment,
                                 weights=per_word[k][words.occurrence_word],
                                 minlength=len(texts)).astype(np.int64)
-    check = np.unique(np.linspace(0, max(len(texts) - 1, 0), min(_WORDS_CHECK, len(texts)))
-                      .astype(np.int64))
+    whole = ~tokenizer.encodes_alone(words.heads)[words.segment_head]
+    whole[words.occurrence_segment[~word_alone[words.occurrence_word]]] = True
+    if whole.any():
+        at = np.flatnonzero(whole)
+        stats[:, at] = _encode_stats([texts[i] for i in at], tokenizer)
+    check = _spread(len(texts), _WORDS_CHECK)
     if np.array_equal(stats[:, check], _encode_stats([texts[i] for i in check], tokenizer)):
         return stats
     log.info("%s: word-by-word counts differ from whole segments; encoding whole",
