@@ -212,8 +212,6 @@ def _submit_stats(pool: ThreadPoolExecutor, texts: list[str], words: _Words | No
     returned waits for them."""
     if words is None or not tokenizer.encodes_words:
         return pool.submit(_encode_stats, texts, tokenizer).result
-    # the fast paths are checked on segments spread over the input, not on bare words
-    tokenizer.check([texts[i] for i in _spread(len(texts), _WORDS_CHECK)])
     by_word = pool.submit(_word_stats, words, tokenizer)
     by_head = pool.submit(_encode_stats, words.heads, tokenizer)
 
@@ -353,10 +351,16 @@ def fertility_report(sources: list[TextSource], tokenizers: list[Tokenizer], *,
     # threads share the tasks (text statistics; per tokenizer, its words, heads and
     # pre-tokenizer sample)
     with ThreadPoolExecutor(2) as pool:
+        # first what does not need the words, while this thread cuts the segments into them;
+        # the fast paths are checked on segments spread over the input, not on bare words
         text_stats = pool.submit(_text_stats, array, bounds)
-        words = _Words.of(array) if any(t.encodes_words for t in tokenizers) else None
-        stats = [_submit_stats(pool, texts, words, t) for t in tokenizers]
+        sample = [texts[i] for i in _spread(len(texts), _WORDS_CHECK)]
+        checks = [pool.submit(t.check, sample) for t in tokenizers]
         pretokens = [pool.submit(_pretoken_sample, sources, t) for t in tokenizers]
+        words = _Words.of(array) if any(t.encodes_words for t in tokenizers) else None
+        for check in checks:
+            check.result()
+        stats = [_submit_stats(pool, texts, words, t) for t in tokenizers]
         measured = [(collect(), task.result())
                     for collect, task in zip(stats, pretokens, strict=True)]
     scripts, chars, nbytes, nwords = text_stats.result()
