@@ -201,9 +201,8 @@ class Tokenizer:
         """Whether this SentencePiece model encodes each word on its own: a BPE (or word, or
         character) model with a dummy ``▁`` prefix, none of whose pieces but whitespace-only
         ones holds a ``▁`` past its start (a model trained without splitting at whitespace
-        has ``▁of▁the``). Not a
-        unigram model: its best path sums scores over the whole text, so near-ties between
-        two splits of a word fall one way or the other with the rounding of what precedes."""
+        has ``▁of▁the``). Not a unigram model: its best path sums scores over the whole text,
+        so near-ties between two splits of a word fall with the rounding of what precedes."""
         if self._spaces_split is None:
             sp = self.encoder
             pieces = (sp.id_to_piece(i) for i in range(sp.get_piece_size()))
@@ -314,7 +313,8 @@ _NORMALIZER_SPEC, _CHARSMAP = 3, 2
 
 def _proto_field(proto: bytes, outer: int, inner: int) -> bytes | int | None:
     """Field ``inner`` of message field ``outer`` of a serialized protobuf message (the
-    last one, as protobuf reads them), without the protobuf library; None when absent."""
+    last one, as protobuf reads them), without the protobuf library; None when absent or
+    unreadable (the caller then assumes the cautious default)."""
 
     def fields(data: bytes) -> Iterator[tuple[int, bytes | int]]:
         i = 0
@@ -331,14 +331,17 @@ def _proto_field(proto: bytes, outer: int, inner: int) -> bytes | int | None:
             elif wire in (1, 5):  # fixed 64 / 32 bits
                 i += 8 if wire == 1 else 4
             else:
-                raise InputError(f"unexpected protobuf wire type {wire} in a SentencePiece model")
+                raise ValueError(f"protobuf wire type {wire}")
 
     found = None
-    for number, message in fields(proto):
-        if number == outer and isinstance(message, bytes):
-            for field, value in fields(message):
-                if field == inner:
-                    found = value
+    try:
+        for number, message in fields(proto):
+            if number == outer and isinstance(message, bytes):
+                for field, value in fields(message):
+                    if field == inner:
+                        found = value
+    except ValueError:
+        return None
     return found
 
 
@@ -346,7 +349,7 @@ def _varint(data: bytes, i: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         if i >= len(data):
-            raise InputError("truncated protobuf varint in a SentencePiece model")
+            raise ValueError("truncated protobuf varint")
         byte = data[i]
         value |= (byte & 0x7F) << shift
         i += 1
