@@ -13,6 +13,7 @@ import typer
 from spr_data import console
 from spr_data._version import __version__
 from spr_data.errors import InputError, SprDataError
+from spr_data.fsio import atomic_write_bytes
 
 if TYPE_CHECKING:
     from spr_data.reader import ReaderOptions
@@ -99,6 +100,37 @@ def parse_size(text: str) -> int:
         raise InputError(f"cannot read size {text!r}; use a number with an optional K, M or G")
     scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2).lower()]
     return int(float(m.group(1)) * scale)
+
+
+def _check_output_file(path: Path | None, option: str) -> None:
+    """Refuse an output file that cannot be written before the work, not after it."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise InputError(f"{option} {path} is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise InputError(f"{option} {path}: directory {path.parent} does not exist")
+
+
+def _parse_weights(text: str) -> dict[str, float]:
+    """``Latin=0.5,Bengali=0.5`` → weights: each group once, each weight finite and > 0."""
+    import math
+
+    weights: dict[str, float] = {}
+    for item in text.split(","):
+        group, _, value = item.partition("=")
+        group = group.strip()
+        try:
+            weight = float(value)
+        except ValueError:
+            raise InputError(f"--weights {text!r}: {item!r} should be GROUP=WEIGHT") from None
+        if not group or not math.isfinite(weight) or weight <= 0:
+            raise InputError(f"--weights {text!r}: {item!r} needs a group and a weight above 0 "
+                             "(a group is never dropped; the least weighted is fed once)")
+        if group in weights:
+            raise InputError(f"--weights {text!r} gives {group} twice")
+        weights[group] = weight
+    return weights
 
 
 def _split_list(text: str | None) -> list[str] | None:
@@ -271,12 +303,21 @@ def fertility_report(
     from spr_data.qa.fertility import read_sources
     from spr_data.tokenizers import load_tokenizer
 
+    for option, path in (("--json", json_file), ("--markdown", markdown_file),
+                         ("--chart", chart_file)):
+        _check_output_file(path, option)
     tokenizers = [load_tokenizer(t) for t in tokenizer]
+    names = [t.name for t in tokenizers]
+    if len(set(names)) < len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise InputError(f"two tokenizers are named {', '.join(twice)}; name them apart with "
+                         "NAME=PATH")
     report = run_report(read_sources(inputs, sample=sample, seed=seed,
                                      reader=_reader(retries, cache_dir)), tokenizers,
                         reference=reference)
     if json_file is not None:
-        json_file.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+        atomic_write_bytes(json_file,
+                           (json.dumps(report, indent=2, ensure_ascii=False) + "\n").encode())
     tables = []
     for name, data in report["tokenizers"].items():
         for group in ("by_script", "by_lang"):
@@ -300,11 +341,11 @@ def fertility_report(
                       "|" + "---|" * len(columns)]
             lines += ["| " + " | ".join(r) + " |" for r in rows] + [""]
         lines += [f"- warning: {w}" for w in report["warnings"]]
-        markdown_file.write_text("\n".join(lines) + "\n")
+        atomic_write_bytes(markdown_file, ("\n".join(lines) + "\n").encode())
     if chart_file is not None:
         from spr_data.qa.fertility import chart_html
 
-        chart_file.write_text(chart_html(report), encoding="utf-8")
+        atomic_write_bytes(chart_file, chart_html(report).encode())
     if strict and report["warnings"]:
         raise typer.Exit(1)
 
@@ -334,12 +375,9 @@ def train_tokenizer(
     from spr_data.qa.fertility import TextSource, fertility_report
     from spr_data.tokenizers import load_tokenizer
 
-    parsed = None
-    if weights:
-        try:
-            parsed = {k.strip(): float(v) for k, v in (p.split("=") for p in weights.split(","))}
-        except ValueError:
-            raise InputError(f"--weights {weights!r} should be GROUP=WEIGHT,...") from None
+    parsed = _parse_weights(weights) if weights else None
+    if parsed is not None and balance == "none":
+        raise InputError("--weights balances the groups: it does not go with --balance none")
     result = run_train(inputs, out, kind=kind, vocab_size=vocab_size, balance=balance,
                        alpha=alpha, weights=parsed, seed=seed,
                        reader=_reader(retries, cache_dir))
@@ -353,7 +391,7 @@ def train_tokenizer(
     if as_json:
         console.print_json({**result.to_json(), "out": str(out), "held_out_report": report})
         return
-    console.out.print(f"[bold]{result.tokenizer_file}[/]: {kind}, {vocab_size:,} tokens, "
+    console.out.print(f"[bold]{result.tokenizer_file}[/]: {kind}, {result.vocab_size:,} tokens, "
                       f"trained on {result.segments_fed:,} segments; sampling rates "
                       + ", ".join(f"{g} ×{r:.2f}" for g, r in result.rates.items()))
     if report is not None:

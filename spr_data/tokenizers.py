@@ -15,6 +15,7 @@ cuts its input at before its regex runs, so each text is encoded exactly as if a
 from __future__ import annotations
 
 import base64
+import binascii
 import itertools
 import json
 import re
@@ -77,6 +78,8 @@ class Tokenizer:
     starts_with_mark: np.ndarray  # bool per id: the token's text begins with a combining mark
     #: bool per id: the token starts a new word (a leading space or ▁; not a WordPiece ##)
     word_initial: np.ndarray | None = None
+    #: the files it was loaded from (a GPT-2 vocab.json and its merges.txt), for hashing
+    files: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         #: the four flag arrays as bits of one byte per id (one lookup per token for reports)
@@ -450,7 +453,9 @@ def _hf_flags(tok: Any, byte_level: bool) -> tuple[np.ndarray, ...]:
 
 def load_tokenizer(spec: str) -> Tokenizer:
     """A tokenizer from a CLI spec: ``[NAME=]PATH``, ``bytes`` or ``chars``."""
-    name, _, target = spec.rpartition("=") if "=" in spec else ("", "", spec)
+    name, _, target = spec.partition("=") if "=" in spec else ("", "", spec)
+    if "=" in spec and Path(spec).is_file():  # a path that holds "=" itself
+        name, target = "", spec
     if target in ("bytes", "chars"):
         size = 256 if target == "bytes" else 0x110000
         initial = _flags(size)
@@ -459,7 +464,8 @@ def load_tokenizer(spec: str) -> Tokenizer:
                          _flags(size), initial)
     path = Path(target)
     if not path.is_file():
-        raise InputError(f"tokenizer {target} does not exist (give a .model, tokenizer.json, "
+        what = "is a directory" if path.is_dir() else "does not exist"
+        raise InputError(f"tokenizer {target} {what} (give a .model, tokenizer.json, "
                          "vocab.json, tiktoken ranks file, 'bytes' or 'chars')")
     name = name or path.name
     if path.suffix == ".json":  # an HF tokenizer.json has a "model"; a GPT-2 vocab does not
@@ -507,7 +513,7 @@ def _sentencepiece(name: str, path: Path) -> Tokenizer:
         unknown[i] = sp.is_unknown(i)
         marks[i] = _starts_with_mark(piece.encode())
         initial[i] = piece.startswith("\u2581")
-    return Tokenizer(name, "sentencepiece", sp, fallback, unknown, marks, initial)
+    return Tokenizer(name, "sentencepiece", sp, fallback, unknown, marks, initial, (path,))
 
 
 def _hf(name: str, path: Path) -> Tokenizer:
@@ -519,14 +525,15 @@ def _hf(name: str, path: Path) -> Tokenizer:
         raise InputError(f"{path} is not an HF tokenizer.json: {exc}") from exc
     byte_level = "ByteLevel" in tok.to_str()
     fallback, unknown, marks, initial = _hf_flags(tok, byte_level)
-    return Tokenizer(name, "hf", tok, fallback, unknown, marks, initial)
+    return Tokenizer(name, "hf", tok, fallback, unknown, marks, initial, (path,))
 
 
 def _gpt2(name: str, path: Path) -> Tokenizer:
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import decoders, models, pre_tokenizers
 
-    merges = path.with_name(path.name.replace("vocab.json", "merges.txt"))
+    merges = path.with_name(path.name.replace("vocab.json", "merges.txt")
+                            if "vocab.json" in path.name else "merges.txt")
     if not merges.is_file():
         raise InputError(f"{path} needs its merges file beside it: {merges} does not exist")
     try:
@@ -536,14 +543,42 @@ def _gpt2(name: str, path: Path) -> Tokenizer:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     fallback, unknown, marks, initial = _hf_flags(tok, byte_level=True)
-    return Tokenizer(name, "hf", tok, fallback, unknown, marks, initial)
+    return Tokenizer(name, "hf", tok, fallback, unknown, marks, initial, (path, merges))
+
+
+def _read_tiktoken_ranks(path: Path) -> dict[bytes, int]:
+    """``base64(token) rank`` per line, checked: tiktoken panics on a byte without a rank
+    or two tokens with one rank (a truncated file), and its own loader caches files by
+    path in the temp directory, so a changed file would be read stale."""
+    ranks: dict[bytes, int] = {}
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            parts = raw.split()
+            if not parts:
+                continue
+            try:
+                if len(parts) != 2:
+                    raise ValueError
+                token, rank = base64.b64decode(parts[0], validate=True), int(parts[1])
+            except (ValueError, binascii.Error):
+                raise InputError(f"{path}:{number}: not a tiktoken ranks line (base64 token, "
+                                 f"a space, a rank): {raw[:60]!r}") from None
+            if token in ranks or rank < 0:
+                raise InputError(f"{path}:{number}: token listed twice or a negative rank")
+            ranks[token] = rank
+    missing = [b for b in range(256) if bytes([b]) not in ranks]
+    if missing:
+        raise InputError(f"{path}: no rank for {len(missing)} of the 256 bytes (0x{missing[0]:02x} "
+                         "first): the file is truncated or not a byte-level BPE")
+    if len(set(ranks.values())) != len(ranks):
+        raise InputError(f"{path}: two tokens share a rank (a truncated or edited file)")
+    return ranks
 
 
 def _tiktoken(name: str, path: Path) -> Tokenizer:
     import tiktoken
-    from tiktoken.load import load_tiktoken_bpe
 
-    ranks = load_tiktoken_bpe(str(path))
+    ranks = _read_tiktoken_ranks(path)
     pattern = _TIKTOKEN_PATTERNS.get(len(ranks), _CL100K)
     size = max(ranks.values()) + 1
     encoding = tiktoken.Encoding(name=name, pat_str=pattern, mergeable_ranks=ranks,
@@ -552,4 +587,5 @@ def _tiktoken(name: str, path: Path) -> Tokenizer:
     for token, rank in ranks.items():
         marks[rank] = _starts_with_mark(token)
         initial[rank] = token[:1] in (b" ", b"\t")
-    return Tokenizer(name, "tiktoken", encoding, _flags(size), _flags(size), marks, initial)
+    return Tokenizer(name, "tiktoken", encoding, _flags(size), _flags(size), marks, initial,
+                     (path,))

@@ -346,3 +346,55 @@ def test_words_are_whitespace_separated_units_and_empty_inputs_are_an_error():
     assert report["tokenizers"]["chars"]["by_lang"]["de"]["words"] == 0 + 2 + 1 + 2 + 3
     with pytest.raises(F.InputError, match="no text to measure"):
         fertility_report([F.TextSource("e", "en", [])], [chars])
+
+
+def test_broken_tiktoken_files_are_clear_errors(corpora: Path, tmp_path: Path):
+    ranks = (corpora / "tokenizers/llama3_tokenizer.model").read_bytes()
+    cases = {"few.model": b"\n".join(ranks.split(b"\n")[:100]) + b"\n",  # bytes without a rank
+             "cut.model": ranks[:30000],  # the last line cut: two tokens share a rank
+             "garbage.model": ranks + b"garbage line here\n"}
+    messages = {"few.model": "no rank for 156 of the 256 bytes",
+                "cut.model": "two tokens share a rank",
+                "garbage.model": "garbage.model:128001: not a tiktoken ranks line"}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        result = run_cli("fertility-report", ntrex(corpora, "en"), "-t", tmp_path / name)
+        assert result.exit_code == 2 and messages[name] in result.stderr, result.stderr
+
+
+def test_tokenizer_names_and_paths(corpora: Path, tmp_path: Path):
+    llama2 = corpora / "tokenizers/llama2_tokenizer.model"
+    result = run_cli("fertility-report", ntrex(corpora, "en"), "-t", f"a={llama2}",
+                     "-t", "a=chars")
+    assert result.exit_code == 2 and "two tokenizers are named a" in result.stderr
+    result = run_cli("fertility-report", ntrex(corpora, "en"), "-t", tmp_path)
+    assert result.exit_code == 2 and "is a directory" in result.stderr
+    odd = tmp_path / "run=3"
+    odd.mkdir()
+    (odd / "tok.model").write_bytes(llama2.read_bytes())
+    assert load_tokenizer(str(odd / "tok.model")).name == "tok.model"
+    assert load_tokenizer(f"mine={odd / 'tok.model'}").name == "mine"
+
+
+def test_outputs_are_checked_before_the_work(corpora: Path, tmp_path: Path):
+    for option in ("--json", "--markdown", "--chart"):
+        result = run_cli("fertility-report", ntrex(corpora, "en"), "-t", "chars", option,
+                         tmp_path / "missing/r.out")
+        assert result.exit_code == 2 and "does not exist" in result.stderr
+        assert result.stdout == ""  # refused before any table was printed
+    result = run_cli("fertility-report", ntrex(corpora, "en"), "-t", "chars", "--json", tmp_path)
+    assert result.exit_code == 2 and "is a directory" in result.stderr
+
+
+def test_a_sample_keeps_multi_parallel_inputs_parallel(corpora: Path, tmp_path: Path):
+    """The same lines of inputs with as many lines: identical files keep parity 1."""
+    copy = tmp_path / "copy.deu.txt.gz"
+    copy.write_bytes(ntrex(corpora, "en").read_bytes())
+    result = run_cli("fertility-report", ntrex(corpora, "en"), copy, "-t",
+                     corpora / "tokenizers/llama2_tokenizer.model", "--sample", "100",
+                     "--json", tmp_path / "r.json")
+    assert result.exit_code == 0
+    by_lang = json.loads((tmp_path / "r.json").read_text())["tokenizers"][
+        "llama2_tokenizer.model"]["by_lang"]
+    assert by_lang["de"]["parity"] == 1.0 and by_lang["de"]["segments"] == 100
+    assert by_lang["de"]["chars"] == by_lang["en"]["chars"]

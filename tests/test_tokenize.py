@@ -95,6 +95,34 @@ def test_a_killed_run_resumes_to_the_same_bytes(eng_ben: Path, corpora: Path, tm
     assert result.exit_code == 1 and "unfinished run with another tokenizer" in result.stderr
 
 
+def test_a_changed_merges_file_is_another_tokenizer(eng_ben: Path, corpora: Path,
+                                                   tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch):
+    """A GPT-2 tokenizer is its vocab.json and its merges.txt: a run killed with one merges
+    file is not resumed with another."""
+    import shutil
+
+    for name in ("gpt2-vocab.json", "gpt2-merges.txt"):
+        shutil.copy(corpora / "tokenizers" / name, tmp_path / name)
+    real = tokenize_module._tokenize_task
+
+    def dies_on_the_fourth(task):  # type: ignore[no-untyped-def]
+        if task.index == 3:
+            raise KeyboardInterrupt
+        return real(task)
+
+    monkeypatch.setattr(tokenize_module, "_tokenize_task", dies_on_the_fourth)
+    with pytest.raises(KeyboardInterrupt):
+        tokenize(eng_ben, tmp_path / "out", tokenizer=str(tmp_path / "gpt2-vocab.json"),
+                 workers=1)
+    monkeypatch.setattr(tokenize_module, "_tokenize_task", real)
+    merges = (tmp_path / "gpt2-merges.txt").read_text().splitlines()
+    (tmp_path / "gpt2-merges.txt").write_text("\n".join(merges[:20001]) + "\n")
+    result = run_cli("tokenize", eng_ben, "-t", tmp_path / "gpt2-vocab.json",
+                     "--out", tmp_path / "out", "--quiet")
+    assert result.exit_code == 1 and "unfinished run with another tokenizer" in result.stderr
+
+
 def test_audit_accounts_for_the_tokenize_stage(eng_ben: Path, corpora: Path, tmp_path: Path):
     tokenize(eng_ben, tmp_path / "tok", tokenizer=str(corpora / "tokenizers/gpt2-vocab.json"),
              workers=1)

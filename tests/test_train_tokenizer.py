@@ -149,3 +149,46 @@ def test_cli_json_is_pure_and_reports_held_out(trap_and_fix: dict, tmp_path: Pat
     bad = run_cli("train-tokenizer", *trap_and_fix["files"], "--out", tmp_path / "u",
                   "--kind", "wordpiece", "--vocab-size", "2000")
     assert bad.exit_code == 2 and "--kind" in bad.stderr
+
+
+@pytest.mark.parametrize(("weights", "message"), [
+    ("Latin=0,Bengali=0", "a weight above 0"), ("Latin=nan,Bengali=1", "a weight above 0"),
+    ("Latin=-1,Bengali=2", "a weight above 0"), ("Latin=1,Latin=2,Bengali=1", "Latin twice"),
+    ("Klingon=1,Latin=1,Bengali=1", "names Klingon, not a balanced group"),
+    ("Latin", "GROUP=WEIGHT")])
+def test_bad_weights_are_clear_errors(corpora: Path, tmp_path: Path, weights: str,
+                                      message: str):
+    english = corpora / "parallel/multi30k/train.en.gz"
+    bengali = corpora / "multiparallel/ntrex128/newstest2019-ref.ben.txt.gz"
+    result = run_cli("train-tokenizer", english, bengali, "--out", tmp_path / "o", "--kind",
+                     "bpe", "--vocab-size", "500", "--weights", weights)
+    assert result.exit_code == 2 and message in result.stderr
+    assert not (tmp_path / "o/tokenizer.json").exists()
+
+
+def test_trainer_refusals_and_sizes_are_reported_as_they_are(corpora: Path, tmp_path: Path):
+    english = corpora / "parallel/multi30k/train.en.gz"
+    result = run_cli("train-tokenizer", english, "--out", tmp_path / "small", "--kind",
+                     "sentencepiece-unigram", "--vocab-size", "100")
+    assert result.exit_code == 2 and "Vocabulary size is smaller than required" in result.stderr
+    assert not list((tmp_path / "small").glob("tokenizer*"))
+    blank = tmp_path / "blank.txt"
+    blank.write_text("  \n\t\n\n")
+    result = run_cli("train-tokenizer", blank, "--out", tmp_path / "b", "--kind", "bpe",
+                     "--vocab-size", "500")
+    assert result.exit_code == 2 and "no text to train on" in result.stderr
+    # a vocabulary larger than the text has merges for: the size made is the size reported
+    result = run_cli("train-tokenizer", english, "--out", tmp_path / "big", "--kind", "bpe",
+                     "--vocab-size", "1000000", "--json")
+    made = json.loads(result.stdout)
+    assert made["vocab_size_asked"] == 1_000_000
+    assert made["vocab_size"] == load_tokenizer(str(tmp_path / "big/tokenizer.json")) \
+        .encoder.get_vocab_size(with_added_tokens=True) < 1_000_000
+    # another kind into the same directory replaces the tokenizer, and a dataset is refused
+    run_cli("train-tokenizer", english, "--out", tmp_path / "big", "--kind",
+            "sentencepiece-bpe", "--vocab-size", "500")
+    assert sorted(p.name for p in (tmp_path / "big").glob("tokenizer*")) == ["tokenizer.model"]
+    (tmp_path / "big/manifest.json").write_text("{}")
+    result = run_cli("train-tokenizer", english, "--out", tmp_path / "big", "--kind", "bpe",
+                     "--vocab-size", "500")
+    assert result.exit_code == 2 and "is a dataset" in result.stderr

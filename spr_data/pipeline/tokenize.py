@@ -10,6 +10,7 @@ stage accounts rows in = rows out in the lineage.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import shutil
@@ -177,9 +178,14 @@ def tokenize(dataset: str | Path, out: str | Path, *, tokenizer: str,
         raise InputError(f"{tokenizer} is a baseline of fertility-report, not a tokenizer; "
                          "give a .model, tokenizer.json, vocab.json or ranks file")
     id_type = "uint16" if _vocab_size(tok) <= 1 << 16 else "uint32"
-    spec = str(Path(tokenizer.rpartition("=")[2]).resolve())
-    tokenizer_info = {"name": tok.name, "kind": tok.kind, "path": spec,
-                      "sha256": sha256_file(Path(spec)), "vocab_size": _vocab_size(tok)}
+    spec = str(tok.files[0].resolve())
+    hashes = [sha256_file(f) for f in tok.files]  # a GPT-2 vocab.json and its merges.txt
+    tokenizer_digest = (hashes[0] if len(hashes) == 1
+                        else "sha256:" + hashlib.sha256("".join(hashes).encode()).hexdigest())
+    tokenizer_info = {"name": tok.name, "kind": tok.kind, "path": spec, "sha256": tokenizer_digest,
+                      "files": {str(f.resolve()): h
+                                for f, h in zip(tok.files, hashes, strict=True)},
+                      "vocab_size": _vocab_size(tok)}
     columns = text_columns(source.manifest.kind)
     if not len(source):
         raise DatasetError(f"{dataset} has no rows to tokenize")

@@ -113,6 +113,11 @@ def sampling_rates(chars: dict[str, int], alpha: float,
         missing = [g for g in share if g not in weights]
         if missing:
             raise InputError(f"--weights gives no weight for {', '.join(missing)}")
+        unknown = [g for g in weights if g not in share]
+        if unknown:
+            raise InputError(f"--weights names {', '.join(unknown)}, not a balanced group of "
+                             f"this input (those are {', '.join(sorted(share))}; groups under "
+                             f"{MIN_BALANCED_SHARE:.1%} of the characters keep their size)")
         target = {g: weights[g] for g in share}
     else:
         target = {g: p ** alpha for g, p in share.items()}
@@ -138,9 +143,12 @@ class TrainResult:
     segments_fed: int
     tokenizer_file: Path
     held_out: list[tuple[str, str]]
+    vocab_size_asked: int = 0  # --vocab-size; vocab_size is what the trainer made
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "vocab_size": self.vocab_size, "balance": self.balance,
+        return {"kind": self.kind, "vocab_size": self.vocab_size,
+                "vocab_size_asked": self.vocab_size_asked or self.vocab_size,
+                "balance": self.balance,
                 "alpha": self.alpha, "chars_by_group": self.chars_by_group,
                 "sampling_rates": {g: round(r, 4) for g, r in self.rates.items()},
                 "fed_chars_by_group": self.fed_chars_by_group,
@@ -169,6 +177,8 @@ def train_tokenizer(
     if not 0.0 <= alpha <= 1.0:
         raise InputError(f"--alpha should be between 0 and 1, found {alpha}")
     out = Path(out)
+    if (out / "manifest.json").exists():
+        raise InputError(f"--out {out} is a dataset; give a directory for the tokenizer")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -177,9 +187,10 @@ def train_tokenizer(
     for texts, langs in _batched(inputs, reader):  # pass 1: the groups' sizes
         for text, group in zip(texts, _groups_of(texts, langs, balance if balance != "none"
                                                  else "lang"), strict=True):
-            chars[group] += len(text)
+            if text.strip():
+                chars[group] += len(text)
     if not chars:
-        raise InputError("no text to train on")
+        raise InputError("no text to train on: the inputs hold no segment that is not blank")
     rates = ({g: 1.0 for g in chars} if balance == "none"
              else sampling_rates(dict(chars), alpha, weights))
     fed: Counter[str] = Counter()
@@ -206,19 +217,22 @@ def train_tokenizer(
                     yield text
 
     if kind.startswith("sentencepiece"):
-        target = out / "tokenizer.model"
-        _train_sentencepiece(stream(), target, kind.split("-")[1], vocab_size)
+        target, stale = out / "tokenizer.model", out / "tokenizer.json"
+        size = _train_sentencepiece(stream(), target, kind.split("-")[1], vocab_size)
     else:
-        target = out / "tokenizer.json"
-        _train_hf(stream(), target, kind, vocab_size)
-    result = TrainResult(out, kind, vocab_size, balance, alpha, dict(chars), rates, dict(fed),
-                         count[0], target, held_out)
+        target, stale = out / "tokenizer.json", out / "tokenizer.model"
+        size = _train_hf(stream(), target, kind, vocab_size)
+    stale.unlink(missing_ok=True)  # a tokenizer of the other kinds, from an earlier run here
+    result = TrainResult(out, kind, size, balance, alpha, dict(chars), rates, dict(fed),
+                         count[0], target, held_out, vocab_size)
     atomic_write_bytes(out / "training.json",
                        json.dumps(result.to_json(), indent=2, ensure_ascii=False).encode())
     return result
 
 
-def _train_hf(texts: Iterator[str], target: Path, kind: str, vocab_size: int) -> None:
+def _train_hf(texts: Iterator[str], target: Path, kind: str, vocab_size: int) -> int:
+    """Train and write the tokenizer; its vocabulary size (under ``vocab_size`` when the
+    text has fewer merges to learn)."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     split = pre_tokenizers.Split(Regex(MARK_AWARE_PATTERN), behavior="isolated")
@@ -239,16 +253,28 @@ def _train_hf(texts: Iterator[str], target: Path, kind: str, vocab_size: int) ->
     tmp = target.with_name(target.name + ".tmp")
     tok.save(str(tmp))
     tmp.replace(target)
+    size: int = tok.get_vocab_size(with_added_tokens=True)
+    return size
 
 
 def _train_sentencepiece(texts: Iterator[str], target: Path, model_type: str,
-                         vocab_size: int) -> None:
+                         vocab_size: int) -> int:
+    """Train and write the model; its vocabulary size."""
     import sentencepiece as spm
 
     prefix = target.with_name("tokenizer.tmp")
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=texts, model_prefix=str(prefix), model_type=model_type,
-        vocab_size=vocab_size, byte_fallback=True, character_coverage=0.9995,
-        input_sentence_size=0, shuffle_input_sentence=False, minloglevel=2, num_threads=2)
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=texts, model_prefix=str(prefix), model_type=model_type,
+            vocab_size=vocab_size, byte_fallback=True, character_coverage=0.9995,
+            input_sentence_size=0, shuffle_input_sentence=False, minloglevel=2, num_threads=2)
+    except RuntimeError as exc:  # its checks: a vocabulary too small or too large for the text
+        for suffix in (".model", ".vocab"):
+            Path(str(prefix) + suffix).unlink(missing_ok=True)
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"SentencePiece cannot train a {model_type} model of "
+                         f"{vocab_size:,} pieces on this text: {reason}") from None
     Path(str(prefix) + ".model").replace(target)
     Path(str(prefix) + ".vocab").unlink(missing_ok=True)
+    size: int = spm.SentencePieceProcessor(model_file=str(target)).get_piece_size()
+    return size

@@ -76,9 +76,10 @@ def read_sources(inputs: Sequence[str | Path], *, sample: int | None = None,
         langs = langs_from_name(path, "mono")
         sources.append(TextSource(path.name, langs[0] if langs else None, lines))
     if sample is not None:
-        rng = random.Random(seed)
         for s in sources:
             if len(s.texts) > sample:
+                # inputs of as many lines keep the same ones: multi-parallel files stay parallel
+                rng = random.Random(f"{seed}:{len(s.texts)}")
                 keep = sorted(rng.sample(range(len(s.texts)), sample))
                 s.texts = [s.texts[i] for i in keep]
     return sources
