@@ -11,7 +11,14 @@ import pyarrow as pa
 
 from spr_data.errors import DatasetError
 from spr_data.fsio import atomic_write_bytes
-from spr_data.schema import KINDS, Kind, schema_from_b64, schema_summary, schema_to_b64
+from spr_data.schema import (
+    KINDS,
+    Kind,
+    schema_from_b64,
+    schema_summary,
+    schema_to_b64,
+    text_columns,
+)
 
 __all__ = [
     "FORMAT_VERSION",
@@ -169,14 +176,24 @@ def _parse(data: Any, path: str | Path) -> Manifest:
     rejects_dir = data.get("rejects_dir")
     if rejects_dir is not None and (not isinstance(rejects_dir, str) or "/" in rejects_dir):
         raise DatasetError(f"{path}: rejects_dir must be a directory name, found {rejects_dir!r}")
+    rows_in, id_bound = need(data, "rows_in", int), need(data, "id_bound", int)
+    if not total <= rows_in <= id_bound < 1 << 63:
+        raise DatasetError(f"{path}: expected rows ({total}) <= rows_in ({rows_in}) <= id_bound "
+                           f"({id_bound}) < 2**63: every row is one of the records that came "
+                           "in, each with its own id below id_bound")
+    if role == "rows":
+        missing = [c for c in text_columns(kind) if c not in schema.names]  # type: ignore[arg-type]
+        if missing:
+            raise DatasetError(f"{path}: a {kind} dataset needs column(s) {', '.join(missing)}; "
+                               f"its schema has {', '.join(schema.names)}")
     return Manifest(
         kind=kind,
         role=role,
         langs=langs,
         schema=schema,
         shards=shards,
-        rows_in=need(data, "rows_in", int),
-        id_bound=need(data, "id_bound", int),
+        rows_in=rows_in,
+        id_bound=id_bound,
         rejects=rejects,
         rejects_dir=rejects_dir,
         lineage=need(data, "lineage", dict),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -43,6 +44,47 @@ _DENSE = {"zh", "ja", "ko", "th", "lo", "km", "my", "bo", "yue", "wuu"}
 
 
 @dataclass(frozen=True)
+class _Allowed:
+    """The values a numeric key may take, and why: an out-of-range value would silently turn a
+    check off or reject every row, so the error says what is allowed instead."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    why: str = ""
+
+    def admits(self, x: float) -> bool:
+        if self.low is not None and (x < self.low or (self.low_open and x == self.low)):
+            return False
+        return not (self.high is not None
+                    and (x > self.high or (self.high_open and x == self.high)))
+
+    def __str__(self) -> str:
+        if self.low is not None and self.high is not None:
+            text = (f"in {'(' if self.low_open else '['}{self.low:g}, "
+                    f"{self.high:g}{')' if self.high_open else ']'}")
+        elif self.low is not None:
+            text = f"{'>' if self.low_open else '≥'} {self.low:g}"
+        elif self.high is not None:
+            text = f"{'<' if self.high_open else '≤'} {self.high:g}"
+        else:
+            text = ""
+        return f"{text} ({self.why})" if self.why else text
+
+
+def _key(default: Any, low: float | None = None, high: float | None = None, *,
+         low_open: bool = False, high_open: bool = False, why: str = "") -> Any:
+    """A recipe field whose allowed range travels with it, where the loader finds it."""
+    allowed = _Allowed(low, high, low_open, high_open, why)
+    return field(default=default, metadata={"allowed": allowed})
+
+
+_SHARE = "a share"
+_PROBABILITY = "a probability"
+
+
+@dataclass(frozen=True)
 class NormalizeConfig:
     """Text normalization; it changes rows (and flags them) but never rejects one."""
 
@@ -56,17 +98,17 @@ class NormalizeConfig:
 class SideRules:
     """Thresholds for one side (or the text of a mono corpus)."""
 
-    min_chars: int = 1
-    max_chars: int = 1000
-    min_words: int = 1
-    max_words: int = 250
+    min_chars: int = _key(1, 0)
+    max_chars: int = _key(1000, 1)
+    min_words: int = _key(1, 0)
+    max_words: int = _key(250, 1)
     #: letters and digits over visible characters: below it, a side is a symbol pile (junk)
-    min_letter_share: float = 0.5
+    min_letter_share: float = _key(0.5, 0.0, 1.0, why=_SHARE)
     #: letters of the side's expected script(s) over all its letters, a dense-script
     #: character counting as several Latin letters (script mismatch)
-    min_script_share: float = 0.3
-    max_char_run: int = 10
-    max_word_run: int = 4
+    min_script_share: float = _key(0.3, 0.0, 1.0, why=_SHARE)
+    max_char_run: int = _key(10, 1, why="0 would reject every side")
+    max_word_run: int = _key(4, 1, why="0 would reject every side")
     reject_url_only: bool = True
     reject_html: bool = True
     reject_boilerplate: bool = True
@@ -79,8 +121,10 @@ class RulesConfig:
     src: SideRules = field(default_factory=SideRules)
     tgt: SideRules = field(default_factory=SideRules)
     #: longer over shorter side, in length units (characters scaled per script), smoothed
-    max_length_ratio: float = 3.0
-    length_ratio_smoothing: float = 8.0
+    max_length_ratio: float = _key(3.0, 1.0, low_open=True,
+                                   why="longer over shorter side is at least 1")
+    #: added to both lengths, so that an empty side is no division by zero
+    length_ratio_smoothing: float = _key(8.0, 0.0, low_open=True)
     reject_copied: bool = True
     numbers_must_match: bool = True
 
@@ -90,11 +134,11 @@ class LangIdConfig:
     """fastText language identification on each side."""
 
     #: reject only when fastText is at least this sure of a wrong language …
-    min_confidence: float = 0.5
+    min_confidence: float = _key(0.5, 0.0, 1.0, why=_PROBABILITY)
     #: … and gives the expected language less than this (among its top 3 guesses)
-    max_expected_p: float = 0.05
+    max_expected_p: float = _key(0.05, 0.0, 1.0, why=_PROBABILITY)
     #: shorter segments are judged by their script instead (fastText guesses on them)
-    min_chars: int = 20
+    min_chars: int = _key(20, 0)
     #: labels that count as the dataset's language, e.g. zh = ["zh", "wuu", "yue"]
     aliases: dict[str, list[str]] = field(default_factory=dict)
 
@@ -105,7 +149,7 @@ class DedupConfig:
 
     pairs: bool = True
     #: reject rows whose source already has this many different targets (0: no limit)
-    max_targets_per_source: int = 0
+    max_targets_per_source: int = _key(0, 0, why="0: no limit")
 
 
 @dataclass(frozen=True)
@@ -113,11 +157,14 @@ class AlignConfig:
     """Lexical alignment score (IBM Model 1 in both directions) and its threshold."""
 
     #: reject below this score; when unset, ``quantile`` picks it from the training pairs
-    min_score: float | None = None
-    quantile: float = 0.02
-    iterations: int = 5
-    max_train_pairs: int = 300_000
-    seed: int = 0
+    min_score: float | None = _key(None, high=0.0,
+                                   why="an align_score is at most about 0: every token "
+                                       "certainly linked")
+    quantile: float = _key(0.02, 0.0, 1.0, high_open=True,
+                           why="1 would reject every pair but the best")
+    iterations: int = _key(5, 1, why="rounds of EM; 0 leaves the model untrained")
+    max_train_pairs: int = _key(300_000, 1)
+    seed: int = _key(0, 0)
     #: a dataset of trusted pairs to train on instead of the corpus being cleaned
     trusted: str | None = None
 
@@ -133,6 +180,17 @@ class Recipe:
     langid: LangIdConfig = field(default_factory=LangIdConfig)
     dedup: DedupConfig = field(default_factory=DedupConfig)
     align: AlignConfig = field(default_factory=AlignConfig)
+
+    def __post_init__(self) -> None:
+        """Refuse an impossible recipe however it was made (a file, or code calling clean)."""
+        _check_numbers(self, "")
+        for side in ("src", "tgt"):
+            rules: SideRules = getattr(self.rules, side)
+            for unit in ("chars", "words"):
+                low, high = getattr(rules, f"min_{unit}"), getattr(rules, f"max_{unit}")
+                if low > high:
+                    raise InputError(f"recipe: rules.{side}.min_{unit} ({low}) should be ≤ "
+                                     f"rules.{side}.max_{unit} ({high}): no side could pass")
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -162,14 +220,15 @@ def default_recipe(langs: list[str], kind: str = "parallel") -> Recipe:
 T = TypeVar("T")
 
 
-def _convert(value: Any, hint: Any, where: str) -> Any:
+def _convert(value: Any, hint: Any, where: str, allowed: _Allowed | None = None) -> Any:
+    """Check ``value`` against the field's type and allowed range; ``where`` names the key."""
     origin = get_origin(hint)
     args = get_args(hint)
     if origin is type(None) or hint is type(None):
         return value
     if args and type(None) in args:  # Optional[X]
         inner = next(a for a in args if a is not type(None))
-        return None if value is None else _convert(value, inner, where)
+        return None if value is None else _convert(value, inner, where, allowed)
     if dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):
             raise InputError(f"recipe: {where} should be a table, found {value!r}")
@@ -189,12 +248,17 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
             raise InputError(f"recipe: {where} should be true or false, found {value!r}")
         return value
     if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InputError(f"recipe: {where} should be a whole number ≥ 0, found {value!r}")
+        rule = allowed or _Allowed(low=0)
+        if isinstance(value, bool) or not isinstance(value, int) or not rule.admits(value):
+            raise InputError(f"recipe: {where} should be a whole number {rule}, found {value!r}")
         return value
     if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InputError(f"recipe: {where} should be a number, found {value!r}")
+        # NaN compares false with every threshold (a check turned off) and inf is not JSON
+        rule = allowed or _Allowed()
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not math.isfinite(value) or not rule.admits(value)):
+            raise InputError(f"recipe: {where} should be a finite number {rule}".rstrip()
+                             + f", found {value!r}")
         return float(value)
     if hint is str:
         if not isinstance(value, str):
@@ -205,7 +269,8 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
 
 def _build(cls: type[T], table: dict[str, Any], where: str, base: T | None = None) -> T:
     hints = get_type_hints(cls)
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
+    names = set(known)
     for key in table:
         if key not in names:
             prefix = f"{where}." if where else ""
@@ -218,9 +283,22 @@ def _build(cls: type[T], table: dict[str, Any], where: str, base: T | None = Non
         if dataclasses.is_dataclass(hints[key]) and isinstance(value, dict) and current is not None:
             values[key] = _build(hints[key], value, inner_where, current)
         else:
-            values[key] = _convert(value, hints[key], inner_where)
+            values[key] = _convert(value, hints[key], inner_where,
+                                   known[key].metadata.get("allowed"))
     start = base if base is not None else cls()
     return replace(start, **values)  # type: ignore[type-var]
+
+
+def _check_numbers(config: Any, where: str) -> None:
+    """Check every number of a resolved (part of a) recipe against its field's range."""
+    hints = get_type_hints(type(config))
+    for f in fields(config):
+        value = getattr(config, f.name)
+        inner_where = f"{where}.{f.name}" if where else f.name
+        if dataclasses.is_dataclass(value):
+            _check_numbers(value, inner_where)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            _convert(value, hints[f.name], inner_where, f.metadata.get("allowed"))
 
 
 def _apply_shared_side_keys(table: dict[str, Any]) -> dict[str, Any]:
@@ -232,6 +310,7 @@ def _apply_shared_side_keys(table: dict[str, Any]) -> dict[str, Any]:
     shared = {k: v for k, v in rules.items() if k in side_names}
     if not shared:
         return table
+    _build(SideRules, shared, "rules")  # so that an error names the key as written
     rest = {k: v for k, v in rules.items() if k not in side_names}
     for side in ("src", "tgt"):
         own = rest.get(side, {})
@@ -268,7 +347,11 @@ def load_recipe(path: str | Path | None, langs: list[str], kind: str = "parallel
                          "in that order, each once")
     if kind != "parallel" and "align" in recipe.stages:
         raise InputError(f"recipe {p}: the align stage needs a parallel corpus")
-    if not 0.0 <= recipe.align.quantile < 1.0:
-        raise InputError(f"recipe {p}: align.quantile should be in [0, 1), "
-                         f"found {recipe.align.quantile}")
+    align = table.get("align", {})
+    if "min_score" in align and "quantile" in align:
+        # min_score wins in clean: the quantile would be ignored, silently
+        raise InputError(f"recipe {p}: align.min_score ({align['min_score']!r}) and "
+                         f"align.quantile ({align['quantile']!r}) both set the alignment "
+                         "threshold; choose one: min_score, a fixed align_score, or quantile, "
+                         "the share of the training pairs' scores to fall below it")
     return recipe

@@ -68,7 +68,7 @@ def verify_dataset(
     """
     ds = open_dataset(str(path), reader=reader)
     root, manifest = ds.path, ds.manifest
-    seen = np.zeros(manifest.id_bound, dtype=bool)
+    seen = _SeenIds(manifest.id_bound, manifest.rows_in)
     report = _verify_one(ds, seen, on_shard)
     if manifest.rejects_dir:
         rejects_path = root / manifest.rejects_dir
@@ -90,9 +90,9 @@ def verify_dataset(
                     f"but {manifest.rows_in} rows came in")
     elif sum(manifest.rejects.values()):
         report.problems.append("manifest counts rejects but names no rejects directory")
-    if report.ok and manifest.rejects_dir and int(seen.sum()) != manifest.rows_in:
+    if report.ok and manifest.rejects_dir and seen.distinct() != manifest.rows_in:
         report.problems.append(
-            f"ids of rows and rejects cover {int(seen.sum())} distinct ids, "
+            f"ids of rows and rejects cover {seen.distinct()} distinct ids, "
             f"expected {manifest.rows_in}")
     return report
 
@@ -108,7 +108,34 @@ def _remote_source(ds: Dataset, shard: ShardInfo, where: str) -> tuple[Any, str 
     return pa.BufferReader(pa.py_buffer(data)), None
 
 
-def _verify_one(ds: Dataset, seen: np.ndarray,
+class _SeenIds:
+    """The row ids met so far: a bitmap over ``0..bound`` when that is near the number of
+    records, else the ids themselves, checked for repeats by sorting — so that a sparse or
+    hostile ``id_bound`` cannot make verify allocate terabytes."""
+
+    def __init__(self, bound: int, records: int) -> None:
+        self.bound = bound
+        self._bitmap = (np.zeros(bound, dtype=bool) if bound <= 4 * records + (1 << 20)
+                        else None)
+        self._parts: list[np.ndarray] = []
+
+    def add(self, ids: np.ndarray) -> int:
+        """Note ``ids``; how many of them were met before (or repeat among themselves)."""
+        repeated = len(ids) - len(unique(ids))
+        if self._bitmap is None:
+            self._parts.append(ids)
+            return repeated
+        repeated += int(self._bitmap[ids].sum())
+        self._bitmap[ids] = True
+        return repeated
+
+    def distinct(self) -> int:
+        if self._bitmap is not None:
+            return int(self._bitmap.sum())
+        return len(unique(np.concatenate(self._parts))) if self._parts else 0
+
+
+def _verify_one(ds: Dataset, seen: _SeenIds,
                 on_shard: Callable[[str], None] | None) -> VerifyReport:
     manifest = ds.manifest
     report = VerifyReport(ds.location, shards=len(manifest.shards))
@@ -154,7 +181,7 @@ def _verify_one(ds: Dataset, seen: np.ndarray,
 
 
 def _check_table(table: pa.Table, manifest: Manifest, rows: int, first_id: int | None,
-                 seen: np.ndarray, has_ids: bool) -> list[str]:
+                 seen: _SeenIds, has_ids: bool) -> list[str]:
     problems = []
     if not table.schema.equals(manifest.schema):
         problems.append(f"schema {table.schema.names} differs from the manifest's "
@@ -167,11 +194,10 @@ def _check_table(table: pa.Table, manifest: Manifest, rows: int, first_id: int |
     ids = table.column(ID).to_numpy()
     if first_id is not None and int(ids[0]) != first_id:
         problems.append(f"first id {int(ids[0])}, manifest says {first_id}")
-    if int(ids.max()) >= len(seen):
-        problems.append(f"id {int(ids.max())} is outside 0..{len(seen) - 1}")
+    if int(ids.max()) >= seen.bound:
+        problems.append(f"id {int(ids.max())} is outside 0..{seen.bound - 1}")
         return problems
-    repeated = int(seen[ids].sum()) + (len(ids) - len(unique(ids)))
+    repeated = seen.add(ids)
     if repeated:
         problems.append(f"{repeated} row id(s) appear more than once in the dataset")
-    seen[ids] = True
     return problems

@@ -194,3 +194,41 @@ def test_a_float_npy_log_is_refused_and_replay_options_alone_replay(multi30k: Pa
     assert floats.exit_code == 2 and "float64" in floats.stderr
     epochs = run_cli("audit", multi30k, "--epochs", "2", "--json")
     assert len(json.loads(epochs.stdout)["epoch_replay"]["epochs"]) == 2
+
+
+def test_a_configuration_that_reads_nothing_fails(multi30k: Path):
+    from spr_data.qa.audit import Replay
+
+    report = audit_dataset(multi30k, replay=Replay(world_size=3, batch_size=100_000))
+    replay = report.checks["epoch_replay"]
+    assert not report.ok and not replay["epochs"][0]["ok"]
+    assert "no batch at all" in replay["problems"][0]
+
+
+def test_accounting_checks_the_parent_is_the_one_recorded(tmp_path: Path, corpora: Path):
+    """A parent re-made or changed after its child was cleaned is not the child's parent; and
+    a relative parent path works from any working directory."""
+    import os
+    import shutil
+
+    base = corpora / "parallel/multi30k"
+    ingest([base / "train.en.gz", base / "train.de.gz"], tmp_path / "ds", shard_rows=10000)
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('stages = ["normalize", "rules"]\n')
+    here = os.getcwd()
+    os.chdir(tmp_path)
+    try:  # recorded as typed by older versions: relative to the working directory
+        clean("ds", "clean", recipe=recipe, workers=1)
+    finally:
+        os.chdir(here)
+    lineage = json.loads((tmp_path / "clean/manifest.json").read_text())["lineage"]
+    assert Path(lineage["parent"]["path"]).is_absolute()
+    manifest = json.loads((tmp_path / "clean/manifest.json").read_text())
+    manifest["lineage"]["parent"]["path"] = "ds"  # as older versions wrote it
+    (tmp_path / "clean/manifest.json").write_text(json.dumps(manifest))
+    assert audit_dataset(tmp_path / "clean").ok
+    shutil.rmtree(tmp_path / "ds")  # the parent re-made from other inputs
+    ingest([base / "train.de.gz", base / "train.en.gz"], tmp_path / "ds", shard_rows=10000)
+    report = audit_dataset(tmp_path / "clean")
+    assert not report.ok
+    assert any("changed since it was made" in p for p in report.checks["accounting"]["problems"])

@@ -106,6 +106,28 @@ def test_jsonl_reasons(tmp_path: Path):
     assert summary.rejects == {"invalid_json": 2, "missing_key": 1, "not_a_string": 1}
 
 
+def test_jsonl_lone_surrogate_escape_is_rejected_with_its_raw_bytes(tmp_path: Path):
+    """``"\\ud800"`` is JSON syntax but no Unicode text: it cannot be stored as UTF-8."""
+    bad = b'{"src": "\\ud800", "tgt": "y"}'
+    paired = b'{"src": "\\ud83d\\ude00", "tgt": "emoji"}'  # a surrogate *pair* is fine
+    src = write(tmp_path / "c.jsonl", b'{"src": "a", "tgt": "b"}\n' + bad + b"\n" + paired + b"\n")
+    summary = ingest([src], tmp_path / "ds")
+    assert texts_of(tmp_path / "ds") == ["a", "\U0001F600"]
+    assert summary.rejects == {"invalid_json": 1}
+    [reject] = rejects_of(tmp_path / "ds")
+    assert (reject["raw"], reject["origin"]["line"]) == (bad, 2)
+
+
+def test_jsonl_nested_deeper_than_the_stack_is_rejected(tmp_path: Path):
+    deep = b'{"src": ' + b"[" * 100_000 + b"]" * 100_000 + b', "tgt": "y"}'
+    src = write(tmp_path / "c.jsonl", deep + b'\n{"src": "a", "tgt": "b"}\n')
+    result = run_cli("ingest", src, "--out", tmp_path / "ds")
+    assert result.exit_code == 0, result.stderr
+    assert texts_of(tmp_path / "ds") == ["a"]
+    [reject] = rejects_of(tmp_path / "ds")
+    assert (reject["reason"], reject["raw"]) == ("invalid_json", deep)
+
+
 def test_parquet_columns_nulls_and_types(tmp_path: Path):
     table = pa.table({"en": ["a", None, "c"], "de": ["x", "y", ""], "n": [1, 2, 3]})
     pq.write_table(table, tmp_path / "c.parquet")
@@ -166,6 +188,77 @@ def test_compressed_inputs_read_like_plain_ones(tmp_path: Path, suffix: str, com
     ingest([tmp_path / f"packed.tsv{suffix}"], tmp_path / "b")
     assert (tmp_path / "a/shard-00000.arrow").read_bytes() == \
         (tmp_path / "b/shard-00000.arrow").read_bytes()
+
+
+def non_utf8_name(directory: Path, name: bytes) -> Path:
+    """A path whose name holds bytes that are not UTF-8, where the filesystem allows one."""
+    path = directory / os.fsdecode(name)
+    try:
+        path.touch()
+        path.unlink()
+    except (OSError, UnicodeEncodeError):
+        pytest.skip("this filesystem refuses file names that are not UTF-8")
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".tsv", ".parquet"])
+def test_input_name_that_is_not_utf8_is_ingested_and_recorded_escaped(tmp_path: Path,
+                                                                       suffix: str):
+    src = non_utf8_name(tmp_path, b"bad\xff" + suffix.encode())
+    if suffix == ".tsv":
+        src.write_bytes(b"Hi.\tHallo.\n")
+    else:
+        with open(src, "wb") as f:
+            pq.write_table(pa.table({"src": ["Hi."], "tgt": ["Hallo."]}), f)
+    result = run_cli("ingest", src, "--out", tmp_path / "ds")
+    assert result.exit_code == 0, result.stderr
+    assert texts_of(tmp_path / "ds", "tgt") == ["Hallo."]
+    [source] = json.loads((tmp_path / "ds/manifest.json").read_text())["lineage"]["inputs"]
+    assert source["files"][0]["path"] == f"{tmp_path}/bad\\xff{suffix}"
+
+
+def test_output_name_that_is_not_utf8_is_a_usage_error(tmp_path: Path):
+    out = non_utf8_name(tmp_path, b"ds\xff")
+    src = write(tmp_path / "c.tsv", b"a\tb\n")
+    result = run_cli("ingest", src, "--out", out)
+    assert result.exit_code == 2
+    assert f"--out {tmp_path}/ds\\xff" in result.stderr and "not UTF-8" in result.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("size", ["0", "0K", "0.1"])
+def test_shard_bytes_of_zero_is_a_usage_error(tmp_path: Path, size: str):
+    src = write(tmp_path / "c.tsv", b"a\tb\n")
+    result = run_cli("ingest", src, "--out", tmp_path / "ds", "--shard-bytes", size)
+    assert result.exit_code == 2
+    assert "--shard-bytes comes to 0 bytes" in result.stderr and "at least 1 byte" in result.stderr
+    assert not (tmp_path / "ds").exists()
+
+
+def test_shard_bytes_above_the_maximum_is_refused_not_capped(tmp_path: Path):
+    src = write(tmp_path / "c.tsv", b"a\tb\n")
+    result = run_cli("ingest", src, "--out", tmp_path / "ds", "--shard-bytes", "5G")
+    assert result.exit_code == 2 and "above the maximum of 1G" in result.stderr
+    assert not (tmp_path / "ds").exists()
+    assert run_cli("ingest", src, "--out", tmp_path / "ds", "--shard-bytes", "1G").exit_code == 0
+
+
+def test_langs_that_swap_a_moses_pairs_suffixes_are_refused(tmp_path: Path):
+    en = write(tmp_path / "q.en", b"Hello\n")
+    de = write(tmp_path / "q.de", b"Hallo\n")
+    result = run_cli("ingest", en, de, "--langs", "de-en", "--out", tmp_path / "ds")
+    assert result.exit_code == 2
+    assert f"{en} (the source) says en" in result.stderr
+    assert f"{de} (the target) says de" in result.stderr and "--langs en,de" in result.stderr
+    assert not (tmp_path / "ds").exists()
+
+
+def test_langs_may_name_a_moses_pairs_languages_in_other_codes(tmp_path: Path):
+    """Suffixes in another code scheme (``.eng``) are not a contradiction, only a swap is."""
+    eng = write(tmp_path / "q.eng", b"Hello\n")
+    deu = write(tmp_path / "q.deu", b"Hallo\n")
+    summary = ingest([eng, deu], tmp_path / "ds", langs=["en", "de"])
+    assert summary.langs == ["en", "de"] and texts_of(tmp_path / "ds") == ["Hello"]
 
 
 def test_missing_input_file(tmp_path: Path):

@@ -132,8 +132,62 @@ def test_quarantine_rejects_exactly_the_listed_rows(multi30k: Path, tmp_path: Pa
     assert all(r["stage"] == "quarantine" for r in rows if r["reason"] == "quarantined")
 
 
+def test_damaged_work_files_are_redone_on_resume(multi30k: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch):
+    """A resumed run checks what the killed one left: a work file cut short, a work file of
+    another unit (its rows would be lost and others repeated) and an output shard cut short
+    are all made again, to the same bytes as a run that was never killed."""
+    recipe = recipe_file(tmp_path, NO_ALIGN)
+    clean(multi30k, tmp_path / "whole", recipe=recipe, workers=1)
+    real_decide = clean_module._decide_task
+    calls = {"n": 0}
+
+    def dies_after_three(task):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise KeyboardInterrupt
+        return real_decide(task)
+
+    monkeypatch.setattr(clean_module, "_decide_task", dies_after_three)
+    with pytest.raises(KeyboardInterrupt):
+        clean(multi30k, tmp_path / "killed", recipe=recipe, workers=1)
+    monkeypatch.setattr(clean_module, "_decide_task", real_decide)
+    work = tmp_path / "killed/.work"
+    cut = work / "scored-00005.arrow"
+    cut.write_bytes(cut.read_bytes()[:1000])
+    (work / "scored-00006.arrow").write_bytes((work / "scored-00004.arrow").read_bytes())
+    kept = sorted((tmp_path / "killed").glob("*.arrow"))[0]
+    kept.write_bytes(kept.read_bytes()[:-100])
+    report = clean(multi30k, tmp_path / "killed", recipe=recipe, workers=1)
+    assert report.resumed_shards == 2
+    for sub in ("", "rejects/"):
+        whole = json.loads((tmp_path / "whole" / sub / "manifest.json").read_text())["shards"]
+        resumed = json.loads((tmp_path / "killed" / sub / "manifest.json").read_text())["shards"]
+        assert whole == resumed
+    assert verify_dataset(tmp_path / "killed").ok
+
+
+def test_a_dataset_without_rows_is_a_clear_error(tmp_path: Path):
+    (tmp_path / "e.en").write_text("x\n")
+    (tmp_path / "e.de").write_text("\n")
+    ingest([tmp_path / "e.en", tmp_path / "e.de"], tmp_path / "empty")
+    result = run_cli("clean", tmp_path / "empty", "--out", tmp_path / "out")
+    assert result.exit_code == 2 and "has no rows to clean" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_cleaned_dataset_can_be_cleaned_again(multi30k: Path, tmp_path: Path):
+    """Its score columns (alignment score included) are computed afresh, not doubled."""
+    first = clean(multi30k, tmp_path / "once", workers=1)
+    again = clean(tmp_path / "once", tmp_path / "twice", workers=1)
+    assert again.rows_in == first.rows_kept
+    names = open_dataset(tmp_path / "twice").schema.names
+    assert names.count("align_score") == 1 and verify_dataset(tmp_path / "twice").ok
+
+
 @pytest.mark.parametrize("line,message", [
     ('{"row_ids": [1, "x"]}', "expected a row id"),
+    ('{"id": 18446744073709551616}', "expected a row id"),  # over 64 bits
     ("not json", "not JSON"),
 ])
 def test_a_bad_quarantine_file_names_the_line(multi30k: Path, tmp_path: Path, line: str,

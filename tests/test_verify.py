@@ -80,3 +80,31 @@ def test_verify_json(tmp_path: Path):
     result = run_cli("verify", ds, "--json")
     data = json.loads(result.stdout)
     assert data["ok"] is True and data["rows"] == 3000 and data["rejects"]["rows"] == 2
+
+
+def test_a_hostile_manifest_is_refused_or_checked_without_a_huge_allocation(tmp_path: Path):
+    ds = build(tmp_path)
+    original = json.loads((ds / "manifest.json").read_text())
+
+    def run_with(**changes: object) -> object:
+        (ds / "manifest.json").write_text(json.dumps({**original, **changes}))
+        return run_cli("verify", ds)
+
+    for changes, message in [({"id_bound": 10**30}, "< 2**63"), ({"id_bound": 5}, "<= id_bound"),
+                             ({"rows_in": 10}, "rows (3000) <= rows_in"),
+                             ({"kind": "mono"}, "a mono dataset needs column(s) text")]:
+        result = run_with(**changes)
+        assert result.exit_code == 2 and message in result.stderr, result.stderr
+    # a huge but consistent id range: the ids are checked by sorting, not with a 10 TB bitmap
+    assert run_with(id_bound=10**13).exit_code == 0
+    # ... and still catch ids that repeat across shards
+    with pa.memory_map(str(ds / "shard-00000.arrow")) as f:
+        first = pa.ipc.open_file(f).read_all()
+    path = ds / "shard-00001.arrow"
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, first.schema) as w:
+        w.write_table(first.combine_chunks())
+    shards = [{**s, "hash": sha256_file(path), "bytes": path.stat().st_size,
+               "first_id": s["first_id"] if s["file"] != path.name else 0}
+              if s["file"] == path.name else s for s in original["shards"]]
+    result = run_with(id_bound=10**13, shards=shards)
+    assert result.exit_code == 1 and "distinct ids" in result.stderr

@@ -223,7 +223,9 @@ def _score_task(task: _ShardTask) -> int:
     """Step 1 for one shard: scored rows to ``.work/scored-NNNNN.arrow``."""
     target = Path(task.work) / f"scored-{task.index:05d}.arrow"
     if target.exists():
-        return 0
+        if _holds_unit(target, task):
+            return 0
+        target.unlink()  # cut short, corrupt or of another unit: scored again
     if task.offset == 0:  # the first unit of each shard checks the whole shard
         check_shard_hash(task.shard, task.shard_hash)
     columns = text_columns(task.kind)  # type: ignore[arg-type]
@@ -234,6 +236,19 @@ def _score_task(task: _ShardTask) -> int:
     _write_ipc(target, pa.Table.from_batches(  # work file: fsynced, not hashed
         [_score_slice(b, stages, columns, task.recipe) for b in batches]), digest=False)
     return int(table.num_rows)
+
+
+def _holds_unit(path: Path, task: _ShardTask) -> bool:
+    """Whether a work file left by an earlier run holds exactly the rows of ``task``'s unit
+    (its ids, in order), so that resuming cannot lose or repeat a row."""
+    try:
+        ids = _read_shard(path).column(ID).to_numpy()
+    except (pa.ArrowException, OSError, KeyError):
+        return False
+    with pa.memory_map(task.shard) as source:
+        expected = (pa.ipc.open_file(source).read_all().column(ID)
+                    .slice(task.offset, task.length).to_numpy())
+    return bool(np.array_equal(ids, expected))
 
 
 def _np_bool(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -256,7 +271,13 @@ def _decide_task(task: _ShardTask) -> dict[str, Any]:
     work = Path(task.work)
     marker = work / f"done-{task.index:05d}.json"
     if marker.exists():
-        return {**json.loads(marker.read_text()), "resumed": True}
+        done = json.loads(marker.read_text())
+        out = Path(task.out)
+        if all((directory / shard_name(task.index)).is_file()
+               and (directory / shard_name(task.index)).stat().st_size == done[part]["bytes"]
+               for directory, part in ((out, "kept"), (out / REJECTS_DIR, "rejects"))):
+            return {**done, "resumed": True}
+        marker.unlink()  # its shards are gone or cut short: decided again
     scored = _read_shard(work / f"scored-{task.index:05d}.arrow")
     ids = scored.column(ID).to_numpy()
     n = scored.num_rows
@@ -280,7 +301,11 @@ def _decide_task(task: _ShardTask) -> dict[str, Any]:
         aligner = LexicalAligner.load(task.aligner, expected_hash=task.aligner_hash)
         src, tgt = (table.column(c).combine_chunks() for c in columns)
         scores = aligner.score(src, tgt) if n else np.zeros(0, dtype=np.float32)
-        table = table.append_column(ALIGN_SCORE, pa.array(scores.astype(np.float32)))
+        score_column = pa.array(scores.astype(np.float32))
+        table = (table.set_column(table.schema.get_field_index(ALIGN_SCORE), ALIGN_SCORE,
+                                  score_column)  # a cleaned dataset cleaned again
+                 if ALIGN_SCORE in table.schema.names
+                 else table.append_column(ALIGN_SCORE, score_column))
         assert task.threshold is not None  # noqa: S101 - set together with the aligner
         rejects.append(("low_alignment", scores < task.threshold))
     lists = reason_lists(n, rejects)
@@ -372,7 +397,8 @@ def read_quarantine(path: str | Path) -> np.ndarray:
         values = item.get("row_ids", item.get("ids", [item["id"]] if "id" in item else None)) \
             if isinstance(item, dict) else [item]
         if not isinstance(values, list) or not all(
-                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+                isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 64
+                for v in values):
             raise InputError(f"{p}:{number}: expected a row id, a list 'row_ids' of row ids, "
                              f"or 'id'; found {line.strip()[:80]}")
         ids.extend(values)
@@ -501,6 +527,9 @@ def clean(
     source = open_dataset(str(dataset), reader=reader)
     if source.manifest.role != "rows":
         raise DatasetError(f"{dataset} is a rejects dataset; clean its parent instead")
+    if not len(source):
+        raise DatasetError(f"{dataset} has no rows to clean (its inputs were all rejected at "
+                           "ingest; see its rejects)")
     resolved = (recipe if isinstance(recipe, Recipe)
                 else load_recipe(recipe, source.langs, source.kind))
     if "align" in resolved.stages and source.kind != "parallel":
@@ -608,7 +637,8 @@ def _finish(source: Dataset, out: Path, work: Path, recipe: Recipe,
     lineage = {
         "stage": "clean", "tool": "spr-data", "version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "parent": {"path": source.location,
+        "parent": {"path": source.location if source.remote
+                   else str(source.path.resolve()),
                    "manifest_sha256": source.manifest_digest,
                    "rows": rows_in},
         "recipe": recipe.to_json(), "recipe_hash": recipe.digest,

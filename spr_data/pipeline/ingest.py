@@ -18,14 +18,20 @@ import numpy as np
 import pyarrow as pa
 
 from spr_data._version import __version__
-from spr_data.errors import OutputError
+from spr_data.errors import InputError, OutputError
 from spr_data.fsio import os_error_message
 from spr_data.manifest import Manifest, write_manifest
 from spr_data.outdir import REJECTS_DIR, prepare_output, remove_outputs
-from spr_data.pipeline.sources import REJECT_REASONS, RecordChunk, plan_sources
+from spr_data.pipeline.sources import (
+    REJECT_REASONS,
+    RecordChunk,
+    is_utf8_name,
+    path_text,
+    plan_sources,
+)
 from spr_data.reader import RetryPolicy
 from spr_data.schema import ORIGIN_TYPE, ingest_rejects_schema, rows_schema
-from spr_data.writer import DEFAULT_SHARD_BYTES, ShardWriter
+from spr_data.writer import DEFAULT_SHARD_BYTES, MAX_SHARD_BYTES, ShardWriter
 
 __all__ = ["IngestSummary", "ingest"]
 
@@ -80,6 +86,8 @@ def ingest(
     inputs are retried as ``retry`` says when they fail transiently (a NAS blip).
     """
     started = time.perf_counter()
+    _check_shard_limits(shard_rows, shard_bytes)
+    _check_out_name(Path(out))
     plan = plan_sources(inputs, format=format, langs=langs, columns=columns, keys=keys,
                         retry=retry)
     out = Path(out)
@@ -140,6 +148,31 @@ def ingest(
         rejects=counts, shards=len(manifest.shards), bytes=manifest.bytes,
         input_bytes=total_bytes, seconds=time.perf_counter() - started,
         inputs=inputs_lineage)
+
+
+def _check_shard_limits(shard_rows: int | None, shard_bytes: int | None) -> None:
+    """Refuse shard sizes the writer cannot honour, before anything is read or written, rather
+    than failing inside the writer or silently capping a size the user asked for."""
+    if shard_rows is not None and shard_rows < 1:
+        raise InputError(f"--shard-rows {shard_rows} is below 1; give a number of rows per "
+                         "shard, or leave it out")
+    if shard_bytes is None:
+        return
+    if shard_bytes < 1:
+        raise InputError(f"--shard-bytes comes to {shard_bytes} bytes; give a size of at least "
+                         "1 byte and at most 1G, such as 64M (K, M and G are powers of 1024)")
+    if shard_bytes > MAX_SHARD_BYTES:
+        raise InputError(f"--shard-bytes comes to {shard_bytes:,} bytes, above the maximum of "
+                         f"1G ({MAX_SHARD_BYTES:,} bytes: an Arrow text column holds at most "
+                         "2 GiB); give at most 1G")
+
+
+def _check_out_name(out: Path) -> None:
+    """Refuse an output name that is not UTF-8: Arrow opens files by UTF-8 name only, so no
+    spr-data command could write or read the dataset's shards there."""
+    if not is_utf8_name(out):
+        raise InputError(f"--out {path_text(out)}: the name holds bytes that are not UTF-8, "
+                         "and Arrow can only open UTF-8 file names; choose another name")
 
 
 def _write_chunk(chunk: RecordChunk, input_index: int, first_id: int, schema: pa.Schema,

@@ -14,9 +14,11 @@ import hashlib
 import io
 import json
 import lzma
+import os
 import re
 import zlib
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -34,6 +36,8 @@ __all__ = [
     "REJECT_REASONS",
     "RecordChunk",
     "Source",
+    "is_utf8_name",
+    "path_text",
     "plan_sources",
 ]
 
@@ -99,8 +103,23 @@ class InputFile:
         return COMPRESSIONS.get(self.path.suffix.lower())
 
     def lineage(self) -> dict[str, Any]:
-        return {"path": str(self.path), "bytes": self.size, "sha256": self._hash.hexdigest(),
+        return {"path": path_text(self.path), "bytes": self.size, "sha256": self._hash.hexdigest(),
                 "compression": self.compression}
+
+
+def path_text(path: str | Path) -> str:
+    """``path`` as text that encodes as UTF-8, for manifests and messages: a file name may hold
+    bytes that are not UTF-8 (Python keeps them as surrogates), shown here as ``\\xff``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def is_utf8_name(path: str | Path) -> bool:
+    """Whether Arrow can open ``path`` by name: it encodes every path as strict UTF-8."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class _TrackedReader(io.RawIOBase):
@@ -487,7 +506,7 @@ class JsonlSource(Source):
             return "nul_byte", empty
         try:
             obj = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
             return "invalid_json", empty
         if not isinstance(obj, dict):
             return "invalid_json", empty
@@ -499,11 +518,24 @@ class JsonlSource(Source):
             if not isinstance(v, str):
                 return "not_a_string", empty
             got.append(v)
+        if "\\u" in value and _has_lone_surrogate(got):
+            return "invalid_json", empty
         if any("\x00" in v for v in got):
             return "nul_byte", empty
         if any(not v for v in got):
             return "empty_field", empty
         return None, got
+
+
+def _has_lone_surrogate(values: list[str]) -> bool:
+    """Whether a value holds an unpaired ``\\ud800``-style escape: valid JSON syntax, but no
+    Unicode text, so it cannot be stored as UTF-8."""
+    try:
+        for v in values:
+            v.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 class ParquetSource(Source):
@@ -519,16 +551,14 @@ class ParquetSource(Source):
         return {"columns": list(self.columns)}
 
     def chunks(self, on_bytes: Callable[[int], None] | None = None) -> Iterator[RecordChunk]:
-        import pyarrow.parquet as pq
-
         record = self.files[0]
         with _open_stream(record, on_bytes) as stream:  # hash the file, in bounded reads
             while _read(stream, record):
                 pass
-        try:
-            pf = pq.ParquetFile(str(record.path), memory_map=not is_network_path(record.path))
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise InputError(f"{record.path} is not a readable Parquet file: {exc}") from exc
+        with _parquet_file(record.path) as pf:
+            yield from self._batches(pf, record)
+
+    def _batches(self, pf: Any, record: InputFile) -> Iterator[RecordChunk]:
         names = self._resolve(pf.schema_arrow)
         line = 1
         for batch in pf.iter_batches(batch_size=65536, columns=names):
@@ -570,6 +600,25 @@ class ParquetSource(Source):
         return names
 
 
+@contextmanager
+def _parquet_file(path: Path) -> Iterator[Any]:
+    """The Parquet file at ``path``: memory-mapped when local; read through a Python file when
+    its name is not UTF-8, which Arrow cannot open by name."""
+    import pyarrow.parquet as pq
+
+    handle = None if is_utf8_name(path) else open(path, "rb")  # noqa: SIM115 (closed below)
+    try:
+        try:
+            pf = pq.ParquetFile(handle if handle is not None else str(path),
+                                memory_map=handle is None and not is_network_path(path))
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise InputError(f"{path_text(path)} is not a readable Parquet file: {exc}") from exc
+        yield pf
+    finally:
+        if handle is not None:
+            handle.close()
+
+
 @dataclass
 class SourcePlan:
     """The sources of one ingest call and what they imply about the dataset."""
@@ -596,6 +645,31 @@ def _moses_langs(a: Path, b: Path) -> tuple[str, str] | None:
     if sa.stem == sb.stem and la != lb and _LANG_SUFFIX.match(la) and _LANG_SUFFIX.match(lb):
         return la, lb
     return None
+
+
+def _check_langs_fit_names(langs: Sequence[str] | None, files: Sequence[Path],
+                           names: tuple[str, str]) -> None:
+    """Refuse ``--langs`` that swaps a Moses pair's suffix languages: the first file is always
+    the source, so ``q.en q.de --langs de-en`` would store English labelled ``de``."""
+    if langs is None or len(langs) != 2:
+        return
+    for side in (0, 1):
+        own, other = names[side], names[1 - side]
+        if _lang_closeness(langs[side], other) > _lang_closeness(langs[side], own):
+            raise InputError(
+                f"--langs {','.join(langs)} contradicts the file names: {files[0]} (the source) "
+                f"says {names[0]} and {files[1]} (the target) says {names[1]}; pass --langs "
+                f"{names[0]},{names[1]}, or list the files in the order of --langs"
+            )
+
+
+def _lang_closeness(a: str, b: str) -> int:
+    """2: the same code; 1: the same base language (``zh-CN``, ``zh``); 0: different.
+    Different codes are not a contradiction (``--langs en-de`` for ``train.eng train.deu``)."""
+    a, b = a.lower().replace("_", "-"), b.lower().replace("_", "-")
+    if a == b:
+        return 2
+    return int(a.split("-")[0] == b.split("-")[0])
 
 
 def langs_from_name(path: Path, kind: Kind) -> list[str] | None:
@@ -699,6 +773,7 @@ def plan_sources(
             pair = _moses_langs(ps[0], ps[1])
             if pair:
                 guessed.add(pair)
+                _check_langs_fit_names(langs, ps, pair)
             sources.append(MosesSource(files, final_kind))
             continue
         found = langs_from_name(ps[0], final_kind)

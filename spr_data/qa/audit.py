@@ -158,10 +158,16 @@ def _check_accounting(ds: Dataset, reader: ReaderOptions | None = None) -> dict[
         parent = None
         if isinstance(parent_info, dict) and parent_info.get("path"):
             try:
-                parent = open_dataset(parent_info["path"], reader=reader)
+                parent = _open_parent(current, str(parent_info["path"]), reader)
             except DatasetError as exc:
                 problems.append(f"{current.path}: its parent {parent_info['path']} cannot be "
                                 f"opened ({exc}); accounting stops there")
+            if parent is not None and parent_info.get("manifest_sha256") not in (
+                    None, parent.manifest_digest):
+                problems.append(f"{current.path}: its parent {parent.location} changed since "
+                                "it was made (its manifest's sha256 is not the one the lineage "
+                                "recorded); accounting stops there")
+                parent = None
         expected = _all_ids(parent) if parent is not None else \
             np.arange(current.manifest.rows_in, dtype=np.uint64)
         distinct_out, distinct_in = unique(out), unique(expected)
@@ -177,6 +183,17 @@ def _check_accounting(ds: Dataset, reader: ReaderOptions | None = None) -> dict[
                             "differ")
         current, kept = parent, expected  # the parent's rows were just read
     return {"ok": not problems, "stages": stages, "problems": problems}
+
+
+def _open_parent(child: Dataset, path: str, reader: ReaderOptions | None) -> Dataset:
+    """The parent a lineage names: its path as recorded, else (a relative path recorded by
+    an older version, from another working directory) beside the child."""
+    if "://" in path or Path(path).is_absolute() or (Path(path) / "manifest.json").exists():
+        return open_dataset(path, reader=reader)
+    for candidate in (child.path.parent / path, child.path.parent / Path(path).name):
+        if (candidate / "manifest.json").exists():
+            return open_dataset(str(candidate), reader=reader)
+    return open_dataset(path, reader=reader)  # the error names the path as recorded
 
 
 def _check_content(ds: Dataset, min_distinct: float) -> dict[str, Any]:
@@ -309,11 +326,16 @@ def _check_replay(ds: Dataset, replay: Replay) -> dict[str, Any]:
         repeats = int((seen - 1).clip(min=0).sum())
         missed = n - distinct
         equal = len(set(batches)) <= 1
-        ok = equal and repeats == repeated and missed == dropped
+        empty = bool(n) and not any(batches)  # everything dropped: nothing to train on
+        ok = equal and repeats == repeated and missed == dropped and not empty
         epochs.append({"epoch": epoch, "ok": ok, "distinct_rows": distinct,
                        "repeats": repeats, "missed": missed, "batches_per_rank": batches,
                        "dropped_by_design": dropped, "repeated_by_design": repeated})
-        if not ok:
+        if empty:
+            problems.append(f"epoch {epoch}: no batch at all — the world size times the batch "
+                            f"(or token budget) needs more than the {n:,} rows; lower them or "
+                            "do not drop the remainder")
+        elif not ok:
             problems.append(f"epoch {epoch}: {distinct:,} of {n:,} rows, {repeats:,} repeats, "
                             f"{missed:,} missed, batches per rank {batches}")
     if len(orders) > 1 and all(np.array_equal(orders[0], o) for o in orders[1:]) and n > 2:
