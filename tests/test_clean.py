@@ -73,10 +73,9 @@ def test_output_is_identical_for_any_number_of_workers(multi30k: Path, tmp_path:
         assert one["shards"] == two["shards"]  # same files, rows and sha256
 
 
-def test_a_killed_run_resumes_to_the_same_bytes(multi30k: Path, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch):
-    recipe = recipe_file(tmp_path, NO_ALIGN)
-    clean(multi30k, tmp_path / "whole", recipe=recipe, workers=1)
+def killed_after_three_units(dataset: Path, out: Path, recipe: Path,
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clean run killed in the middle: three units decided, the rest not."""
     real_decide = clean_module._decide_task
     calls = {"n": 0}
 
@@ -88,9 +87,16 @@ def test_a_killed_run_resumes_to_the_same_bytes(multi30k: Path, tmp_path: Path,
 
     monkeypatch.setattr(clean_module, "_decide_task", dies_after_three)
     with pytest.raises(KeyboardInterrupt):
-        clean(multi30k, tmp_path / "killed", recipe=recipe, workers=1)
-    assert not (tmp_path / "killed/manifest.json").exists()
+        clean(dataset, out, recipe=recipe, workers=1)
     monkeypatch.setattr(clean_module, "_decide_task", real_decide)
+
+
+def test_a_killed_run_resumes_to_the_same_bytes(multi30k: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch):
+    recipe = recipe_file(tmp_path, NO_ALIGN)
+    clean(multi30k, tmp_path / "whole", recipe=recipe, workers=1)
+    killed_after_three_units(multi30k, tmp_path / "killed", recipe, monkeypatch)
+    assert not (tmp_path / "killed/manifest.json").exists()
     report = clean(multi30k, tmp_path / "killed", recipe=recipe, workers=1)
     assert report.resumed_shards == 3
     whole = json.loads((tmp_path / "whole/manifest.json").read_text())["shards"]
@@ -139,19 +145,7 @@ def test_damaged_work_files_are_redone_on_resume(multi30k: Path, tmp_path: Path,
     are all made again, to the same bytes as a run that was never killed."""
     recipe = recipe_file(tmp_path, NO_ALIGN)
     clean(multi30k, tmp_path / "whole", recipe=recipe, workers=1)
-    real_decide = clean_module._decide_task
-    calls = {"n": 0}
-
-    def dies_after_three(task):  # type: ignore[no-untyped-def]
-        calls["n"] += 1
-        if calls["n"] > 3:
-            raise KeyboardInterrupt
-        return real_decide(task)
-
-    monkeypatch.setattr(clean_module, "_decide_task", dies_after_three)
-    with pytest.raises(KeyboardInterrupt):
-        clean(multi30k, tmp_path / "killed", recipe=recipe, workers=1)
-    monkeypatch.setattr(clean_module, "_decide_task", real_decide)
+    killed_after_three_units(multi30k, tmp_path / "killed", recipe, monkeypatch)
     work = tmp_path / "killed/.work"
     cut = work / "scored-00005.arrow"
     cut.write_bytes(cut.read_bytes()[:1000])
