@@ -232,6 +232,9 @@ def clean(
                          stage["by_reason"].items(), key=lambda kv: -kv[1]))])
     console.out.print(console.table("waterfall", ["stage", "in", "removed", "out", "reasons"],
                                     rows))
+    if report.quarantine_not_found:
+        console.err.print(f"[yellow]warning:[/] {report.quarantine_not_found:,} quarantine id(s) "
+                          "are not rows of this dataset (ids of another dataset?)")
     if report.align:
         console.out.print(f"alignment threshold {report.align['threshold']:.3f} "
                           f"(trained on {report.align['trained_on']:,} pairs); "
@@ -282,8 +285,9 @@ def fertility_report(
     sample: Annotated[int | None, typer.Option(
         "--sample", min=1, help="At most N segments per input, chosen with --seed.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of --sample.")] = 0,
-    reference: Annotated[str, typer.Option(
-        "--reference", help="Language that parity is measured against.")] = "en",
+    reference: Annotated[str | None, typer.Option(
+        "--reference", help="Language that parity is measured against (default: en, when "
+        "an input is English).")] = None,
     json_file: Annotated[Path | None, typer.Option(
         "--json", help="Write the report as JSON to this file.")] = None,
     markdown_file: Annotated[Path | None, typer.Option(
@@ -312,9 +316,16 @@ def fertility_report(
         twice = sorted({n for n in names if names.count(n) > 1})
         raise InputError(f"two tokenizers are named {', '.join(twice)}; name them apart with "
                          "NAME=PATH")
-    report = run_report(read_sources(inputs, sample=sample, seed=seed,
-                                     reader=_reader(retries, cache_dir)), tokenizers,
-                        reference=reference)
+    sources = read_sources(inputs, sample=sample, seed=seed, reader=_reader(retries, cache_dir))
+    if reference is not None:
+        from spr_data.qa.scripts import normalize_lang
+
+        langs = sorted({normalize_lang(lang) for s in sources
+                        for lang in ({s.lang} | set(s.seg_langs or ())) if lang})
+        if normalize_lang(reference) not in langs:
+            raise InputError(f"--reference {reference}: no input is in that language (the "
+                             f"inputs are in {', '.join(langs) or 'no known language'})")
+    report = run_report(sources, tokenizers, reference=reference or "en")
     if json_file is not None:
         atomic_write_bytes(json_file,
                            (json.dumps(report, indent=2, ensure_ascii=False) + "\n").encode())

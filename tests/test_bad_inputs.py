@@ -91,6 +91,14 @@ def test_crlf_bom_and_missing_final_newline(tmp_path: Path):
     assert texts_of(tmp_path / "ds", "tgt") == ["Hallo.", "Tschuss.", "Letzte"]
 
 
+def test_cr_only_line_ends_are_a_clear_error_not_one_huge_line(tmp_path: Path):
+    src = write(tmp_path / "c.en", b"one\rtwo\rthree\r")
+    tgt = write(tmp_path / "c.de", b"eins\rzwei\rdrei\r")
+    result = run_cli("ingest", src, tgt, "--out", tmp_path / "out")
+    assert result.exit_code == 2 and "ends its lines with CR alone" in result.stderr
+    assert_no_dataset(tmp_path / "out")
+
+
 def test_jsonl_reasons(tmp_path: Path):
     lines = [
         json.dumps({"en": "Hello", "de": "Hallo", "extra": 1}),

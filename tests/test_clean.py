@@ -129,9 +129,11 @@ def test_an_existing_output_needs_overwrite(multi30k: Path, tmp_path: Path):
 
 def test_quarantine_rejects_exactly_the_listed_rows(multi30k: Path, tmp_path: Path):
     quarantine = tmp_path / "q.jsonl"
-    quarantine.write_text('{"step": 10, "row_ids": [5, 17, 28000]}\n{"id": 99}\n3\n')
-    clean(multi30k, tmp_path / "out", recipe=recipe_file(tmp_path, NO_ALIGN), workers=1,
-          quarantine=quarantine)
+    quarantine.write_text('{"step": 10, "row_ids": [5, 17, 28000]}\n{"id": 99}\n3\n'
+                          '{"row_ids": [10000000, 10000001]}\n')  # the last two: no such rows
+    report = clean(multi30k, tmp_path / "out", recipe=recipe_file(tmp_path, NO_ALIGN),
+                   workers=1, quarantine=quarantine)
+    assert report.quarantine_not_found == 2
     rejects = open_dataset(tmp_path / "out/rejects")
     rows = rejects.take(range(len(rejects))).to_pylist()
     assert sorted(r["id"] for r in rows if r["reason"] == "quarantined") == [3, 5, 17, 99, 28000]

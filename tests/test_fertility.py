@@ -398,3 +398,11 @@ def test_a_sample_keeps_multi_parallel_inputs_parallel(corpora: Path, tmp_path: 
         "llama2_tokenizer.model"]["by_lang"]
     assert by_lang["de"]["parity"] == 1.0 and by_lang["de"]["segments"] == 100
     assert by_lang["de"]["chars"] == by_lang["en"]["chars"]
+
+
+def test_a_reference_language_without_an_input_is_a_clear_error(corpora: Path):
+    result = run_cli("fertility-report", ntrex(corpora, "en"), ntrex(corpora, "bn"), "-t",
+                     "chars", "--reference", "fr")
+    assert result.exit_code == 2 and "no input is in that language" in result.stderr
+    assert "bn, en" in result.stderr
+    assert run_cli("fertility-report", ntrex(corpora, "bn"), "-t", "chars").exit_code == 0

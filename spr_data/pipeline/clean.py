@@ -98,6 +98,8 @@ class CleanReport:
     seconds: float
     workers: int
     resumed_shards: int = 0
+    #: quarantine ids that are not rows of this dataset (another dataset's ids, a typo)
+    quarantine_not_found: int = 0
     #: wall seconds of each step: score, dedup, align_train, decide
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -114,6 +116,7 @@ class CleanReport:
             "recipe": self.recipe, "recipe_hash": self.recipe_hash,
             "seconds": round(self.seconds, 3), "workers": self.workers,
             "resumed_shards": self.resumed_shards,
+            "quarantine_not_found": self.quarantine_not_found,
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
         }
 
@@ -283,9 +286,11 @@ def _decide_task(task: _ShardTask) -> dict[str, Any]:
     n = scored.num_rows
     columns = text_columns(task.kind)  # type: ignore[arg-type]
     rejects: list[tuple[str, np.ndarray]] = []
+    quarantined_here = 0
     if task.quarantine:
-        quarantined = np.load(task.quarantine, allow_pickle=False)
-        rejects.append(("quarantined", np.isin(ids, quarantined)))
+        quarantined = np.isin(ids, np.load(task.quarantine, allow_pickle=False))
+        quarantined_here = int(quarantined.sum())
+        rejects.append(("quarantined", quarantined))
     for reason, mask in _unpack_reasons(scored.column(_PASS1_REASONS)):
         rejects.append((reason, mask))
     if task.duplicates:
@@ -329,7 +334,7 @@ def _decide_task(task: _ShardTask) -> dict[str, Any]:
         "rows": n, "kept": kept_info.__dict__, "rejects": reject_info.__dict__,
         "by_reason": _counts(first),
         "all_reasons": _counts(pc.list_flatten(chosen)),
-        "histograms": {},
+        "histograms": {}, "quarantined": quarantined_here,
     }
     for name in _HISTOGRAMS:
         if name in table.schema.names:
@@ -607,14 +612,16 @@ def _run(source: Dataset, out: Path, work: Path, recipe: Recipe, executor: Local
         results[decide[i].index] = stats
         report_progress("decide", decide[i])
     timings["decide"] = time.perf_counter() - clock
-    report = _finish(source, out, work, recipe, results, align_info, executor.workers)
+    quarantine_size = len(np.load(quarantine, allow_pickle=False)) if quarantine else 0
+    report = _finish(source, out, work, recipe, results, align_info, executor.workers,
+                     quarantine_size)
     report.timings = timings
     return report
 
 
 def _finish(source: Dataset, out: Path, work: Path, recipe: Recipe,
             results: dict[int, dict[str, Any]], align_info: dict[str, Any] | None,
-            workers: int) -> CleanReport:
+            workers: int, quarantine_size: int) -> CleanReport:
     ordered = [results[k] for k in sorted(results)]
     kept = [ShardInfo(**r["kept"]) for r in ordered]
     rejected = [ShardInfo(**r["rejects"]) for r in ordered]
@@ -651,7 +658,8 @@ def _finish(source: Dataset, out: Path, work: Path, recipe: Recipe,
         all_reasons=dict(sorted(all_reasons.items())), stages=stages,
         distributions={name: _summarize(hist, name) for name, hist in histograms.items()},
         align=align_info, recipe=recipe.to_json(), recipe_hash=recipe.digest, seconds=0.0,
-        workers=workers, resumed_shards=sum(1 for r in ordered if r.get("resumed")))
+        workers=workers, resumed_shards=sum(1 for r in ordered if r.get("resumed")),
+        quarantine_not_found=quarantine_size - sum(r.get("quarantined", 0) for r in ordered))
     atomic_write_bytes(out / "report.json",
                        json.dumps(report.to_json(), indent=2, ensure_ascii=False).encode())
     if align_info is not None:

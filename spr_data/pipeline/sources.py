@@ -251,6 +251,7 @@ def iter_line_blocks(
                 at_start = False
                 if buf.startswith(_BOM):
                     buf = buf[len(_BOM):]
+                _refuse_cr_line_ends(buf[:1 << 16], record)
             del data
             if at_eof:
                 if buf:  # the last line; its line feed, if any, ends it
@@ -262,6 +263,13 @@ def iter_line_blocks(
                 continue
             carry = buf[cut + 1:]
             yield _split_lines(buf, cut, record)
+
+
+def _refuse_cr_line_ends(head: bytes, record: InputFile) -> None:
+    """A file whose lines end with CR alone (classic Mac) would read as one huge line."""
+    if b"\n" not in head and head.count(b"\r") > 1:
+        raise InputError(f"{path_text(record.path)} ends its lines with CR alone, not LF or "
+                         "CRLF; convert them first, e.g. tr '\\r' '\\n' < FILE > FIXED")
 
 
 def _split_lines(buf: bytes, end: int, record: InputFile) -> pa.Array:
