@@ -126,6 +126,14 @@ def test_jsonl_lone_surrogate_escape_is_rejected_with_its_raw_bytes(tmp_path: Pa
     assert (reject["raw"], reject["origin"]["line"]) == (bad, 2)
 
 
+def test_jsonl_huge_numbers_in_other_fields_do_not_reject_the_line(tmp_path: Path):
+    src = write(tmp_path / "c.jsonl",
+                b'{"src": "a", "tgt": "b", "n": ' + b"9" * 5000 + b'}\n{"src": 5, "tgt": "c"}\n')
+    ingest([src], tmp_path / "out")
+    assert texts_of(tmp_path / "out") == ["a"]
+    assert [r["reason"] for r in rejects_of(tmp_path / "out")] == ["not_a_string"]
+
+
 def test_jsonl_nested_deeper_than_the_stack_is_rejected(tmp_path: Path):
     deep = b'{"src": ' + b"[" * 100_000 + b"]" * 100_000 + b', "tgt": "y"}'
     src = write(tmp_path / "c.jsonl", deep + b'\n{"src": "a", "tgt": "b"}\n')

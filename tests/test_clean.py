@@ -129,8 +129,9 @@ def test_an_existing_output_needs_overwrite(multi30k: Path, tmp_path: Path):
 
 def test_quarantine_rejects_exactly_the_listed_rows(multi30k: Path, tmp_path: Path):
     quarantine = tmp_path / "q.jsonl"
-    quarantine.write_text('{"step": 10, "row_ids": [5, 17, 28000]}\n{"id": 99}\n3\n'
-                          '{"row_ids": [10000000, 10000001]}\n')  # the last two: no such rows
+    quarantine.write_text('\ufeff{"step": 10, "row_ids": [5, 17, 28000]}\n{"id": 99}\n3\n'
+                          '{"row_ids": [10000000, 10000001]}\n', encoding="utf-8")  # a BOM;
+    # and the last two ids are no rows of the dataset
     report = clean(multi30k, tmp_path / "out", recipe=recipe_file(tmp_path, NO_ALIGN),
                    workers=1, quarantine=quarantine)
     assert report.quarantine_not_found == 2

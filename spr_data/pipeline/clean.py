@@ -387,7 +387,7 @@ def read_quarantine(path: str | Path) -> np.ndarray:
     p = Path(path)
     ids: list[int] = []
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a BOM, as some editors write, is fine
     except FileNotFoundError:
         raise InputError(f"quarantine file {p} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
