@@ -66,10 +66,9 @@ def test_the_output_is_the_same_bytes_for_any_number_of_workers(eng_ben: Path, c
     assert shard_bytes(tmp_path / "one") == shard_bytes(tmp_path / "two")
 
 
-def test_a_killed_run_resumes_to_the_same_bytes(eng_ben: Path, corpora: Path, tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch):
-    model = str(corpora / "tokenizers/llama2_tokenizer.model")
-    tokenize(eng_ben, tmp_path / "clean", tokenizer=model, workers=1)
+def killed_at_the_fourth_unit(dataset: Path, out: Path, tokenizer: str,
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tokenize run killed in the middle: three units written, the rest not."""
     real = tokenize_module._tokenize_task
 
     def dies_on_the_fourth(task):  # type: ignore[no-untyped-def]
@@ -79,17 +78,21 @@ def test_a_killed_run_resumes_to_the_same_bytes(eng_ben: Path, corpora: Path, tm
 
     monkeypatch.setattr(tokenize_module, "_tokenize_task", dies_on_the_fourth)
     with pytest.raises(KeyboardInterrupt):
-        tokenize(eng_ben, tmp_path / "killed", tokenizer=model, workers=1)
-    assert not (tmp_path / "killed/manifest.json").exists()
+        tokenize(dataset, out, tokenizer=tokenizer, workers=1)
     monkeypatch.setattr(tokenize_module, "_tokenize_task", real)
+
+
+def test_a_killed_run_resumes_to_the_same_bytes(eng_ben: Path, corpora: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch):
+    model = str(corpora / "tokenizers/llama2_tokenizer.model")
+    tokenize(eng_ben, tmp_path / "clean", tokenizer=model, workers=1)
+    killed_at_the_fourth_unit(eng_ben, tmp_path / "killed", model, monkeypatch)
+    assert not (tmp_path / "killed/manifest.json").exists()
     report = tokenize(eng_ben, tmp_path / "killed", tokenizer=model, workers=1)
     assert report.resumed_shards == 3
     assert shard_bytes(tmp_path / "killed") == shard_bytes(tmp_path / "clean")
     # another tokenizer cannot pick up that run's work files
-    with pytest.raises(KeyboardInterrupt):
-        monkeypatch.setattr(tokenize_module, "_tokenize_task", dies_on_the_fourth)
-        tokenize(eng_ben, tmp_path / "other", tokenizer=model, workers=1)
-    monkeypatch.setattr(tokenize_module, "_tokenize_task", real)
+    killed_at_the_fourth_unit(eng_ben, tmp_path / "other", model, monkeypatch)
     result = run_cli("tokenize", eng_ben, "-t", corpora / "tokenizers/gpt2-vocab.json",
                      "--out", tmp_path / "other", "--quiet")
     assert result.exit_code == 1 and "unfinished run with another tokenizer" in result.stderr
@@ -104,18 +107,8 @@ def test_a_changed_merges_file_is_another_tokenizer(eng_ben: Path, corpora: Path
 
     for name in ("gpt2-vocab.json", "gpt2-merges.txt"):
         shutil.copy(corpora / "tokenizers" / name, tmp_path / name)
-    real = tokenize_module._tokenize_task
-
-    def dies_on_the_fourth(task):  # type: ignore[no-untyped-def]
-        if task.index == 3:
-            raise KeyboardInterrupt
-        return real(task)
-
-    monkeypatch.setattr(tokenize_module, "_tokenize_task", dies_on_the_fourth)
-    with pytest.raises(KeyboardInterrupt):
-        tokenize(eng_ben, tmp_path / "out", tokenizer=str(tmp_path / "gpt2-vocab.json"),
-                 workers=1)
-    monkeypatch.setattr(tokenize_module, "_tokenize_task", real)
+    killed_at_the_fourth_unit(eng_ben, tmp_path / "out", str(tmp_path / "gpt2-vocab.json"),
+                              monkeypatch)
     merges = (tmp_path / "gpt2-merges.txt").read_text().splitlines()
     (tmp_path / "gpt2-merges.txt").write_text("\n".join(merges[:20001]) + "\n")
     result = run_cli("tokenize", eng_ben, "-t", tmp_path / "gpt2-vocab.json",
