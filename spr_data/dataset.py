@@ -335,9 +335,15 @@ class Dataset:
 
     def take(self, indices: Sequence[int] | np.ndarray | pa.Array) -> pa.Table:
         """Rows at global positions ``indices`` (0-based, not ids), in the order given."""
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        if idx.size == 0:
+        given = indices.to_numpy(zero_copy_only=False) if isinstance(indices, pa.Array) \
+            else np.asarray(indices)
+        if given.size == 0:
             return self.schema.empty_table()
+        if given.dtype.kind not in "iu":  # a bool mask read as rows 0/1, or 1.7 as row 1
+            raise TypeError(f"take needs integer row positions, got {given.dtype} values"
+                            + ("; for a mask use np.flatnonzero(mask)"
+                               if given.dtype.kind == "b" else ""))
+        idx = given.astype(np.int64).reshape(-1)
         n = len(self)
         if idx.min() < 0 or idx.max() >= n:
             bad = idx[(idx < 0) | (idx >= n)][0]

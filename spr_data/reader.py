@@ -334,6 +334,8 @@ def filesystem_for(path: str | Path) -> FileSystem:
 
 
 def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, ConnectionRefusedError):  # nobody listening: retrying will not help
+        return False
     if isinstance(exc, TransientError | ConnectionError | TimeoutError):
         return True
     return isinstance(exc, OSError) and exc.errno in TRANSIENT_ERRNOS

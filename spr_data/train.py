@@ -25,7 +25,8 @@ from typing import Any
 
 import torch
 
-from spr_data.errors import SprDataError
+from spr_data.errors import InputError, OutputError, SprDataError
+from spr_data.fsio import os_error_message
 
 __all__ = [
     "FiniteStepGuard",
@@ -63,10 +64,13 @@ def check_gradient_flow(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Modu
     return, per trainable parameter, ``"ok"``, ``"missing"`` (no gradient: unused or detached),
     ``"zero"`` or ``"non_finite"``. Tied weights appear once, as ``"first (= second)"``.
     ``allow_unused`` names (or ``fnmatch`` patterns) may be missing or zero."""
+    params = {id(p): p for p in model.parameters() if p.requires_grad}
+    if not params:
+        raise InputError(f"{type(model).__name__} has no trainable parameters (all frozen, "
+                         "or none): there is no gradient flow to check")
     model.zero_grad(set_to_none=True)
     loss = loss_fn(model)
     loss.backward()
-    params = {id(p): p for p in model.parameters() if p.requires_grad}
     result = {}
     for key, names in _names_by_tensor(model).items():
         grad = params[key].grad
@@ -126,9 +130,20 @@ class FiniteStepGuard:
                  scaler: Any = None, max_norm: float | None = None,
                  quarantine: str | Path | None = None, max_consecutive_skips: int = 10,
                  max_skip_rate: float = 0.05, window: int = 1000) -> None:
+        if window < 1 or max_consecutive_skips < 1 or not 0 <= max_skip_rate <= 1:
+            raise InputError(f"FiniteStepGuard needs window >= 1, max_consecutive_skips >= 1 "
+                             f"and max_skip_rate in [0, 1]; got {window}, "
+                             f"{max_consecutive_skips}, {max_skip_rate}")
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
         self.max_norm = max_norm
         self.quarantine = Path(quarantine) if quarantine is not None else None
+        if self.quarantine is not None:  # found out now, not at the first skip hours in
+            try:
+                with open(self.quarantine, "a", encoding="utf-8"):
+                    pass
+            except OSError as exc:
+                raise OutputError(os_error_message(exc, self.quarantine, "quarantine path")) \
+                    from exc
         self.max_consecutive_skips = max_consecutive_skips
         self.max_skip_rate = max_skip_rate
         self.window = window

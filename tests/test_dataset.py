@@ -129,3 +129,15 @@ def test_manifest_holds_the_contract_keys(sharded):
     assert m["lineage"]["stage"] == "ingest"
     rejects = open_dataset(path / "rejects")
     assert "reason" in rejects.schema.names
+
+
+def test_take_refuses_masks_and_fractions(sharded):
+    """A bool mask would read as rows 0 and 1, and 1.7 as row 1: both are refused."""
+    ds = open_dataset(sharded[0])
+    with pytest.raises(TypeError, match=r"np\.flatnonzero"):
+        ds.take(np.arange(len(ds)) % 2 == 0)
+    with pytest.raises(TypeError, match="integer row positions"):
+        ds.take([1.7])
+    assert ds.take(np.array([3], dtype=np.uint32)).column("id").to_pylist() == \
+        ds.take([3]).column("id").to_pylist()
+    assert ds.take([]).num_rows == 0

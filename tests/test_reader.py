@@ -401,5 +401,6 @@ def test_a_server_that_is_down_fails_at_once_with_a_clear_error():
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    with pytest.raises(ReadError, match=r"ECONNREFUSED.*is the server up"):
+    with pytest.raises(ReadError, match=r"ECONNREFUSED.*is the server up") as caught:
         open_dataset(f"http://127.0.0.1:{port}/ds", retry=RetryPolicy(attempts=5))
+    assert "attempts failed" not in str(caught.value)  # not retried: nobody is listening

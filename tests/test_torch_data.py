@@ -70,10 +70,11 @@ def resume_check(ds_path: Path, *, stop: int, world: int = 1, new_world: int | N
     resumed = [SprIterableDataset(ds_path, world_size=w, rank=r, **options) for r in range(w)]
     for r in resumed:
         r.load_state_dict(state)
-    rest = [i for r in resumed for b in r for i in b["ids"].tolist()]
+    resumed_batches = [b for r in resumed for b in r]  # one pass: the resume point holds once
+    rest = [i for b in resumed_batches for i in b["ids"].tolist()]
     if new_world is None:
         assert [b["ids"].tolist() for run in runs for b in run[stop:]] == \
-            [b["ids"].tolist() for r in resumed for b in r]
+            [b["ids"].tolist() for b in resumed_batches]
     assert not seen & set(rest)
     assert len(rest) == len(set(rest))
     if new_world is None:
@@ -325,3 +326,56 @@ def test_the_token_plan_is_made_once_and_shipped_to_the_workers(tokenized: Path)
     assert plan.total_batches == ds._plan(1).total_batches
     first = worker_copy.batch_rows(0, 2)
     assert calls and first.tolist() == ds.batch_rows(0).tolist()  # a window packed on demand
+
+
+def test_the_usual_epoch_loop_resumes_and_a_later_pass_starts_over(dataset: Path):
+    """``load_state_dict`` then ``for epoch in range(state["epoch"], E): set_epoch(epoch)``
+    continues where the state left off; the next epoch, and a second pass, start at batch 0;
+    the batch number each batch carries is what to save."""
+    def epochs(ds: SprIterableDataset, first: int, last: int) -> list[list[int]]:
+        out = []
+        for epoch in range(first, last):
+            ds.set_epoch(epoch)
+            out += [b["batch"] for b in DataLoader(ds, batch_size=None, num_workers=2)]
+        return [out]
+
+    ds = SprIterableDataset(dataset, batch_size=100, seed=2)
+    per_epoch = len(ds)
+    ds.set_epoch(1)
+    saved = None
+    for batch in DataLoader(ds, batch_size=None, num_workers=2):
+        if batch["batch"] == 9:
+            saved = ds.state_dict(batches_done=batch["batch"] + 1)
+            break
+    resumed = SprIterableDataset(dataset, batch_size=100, seed=2)
+    resumed.load_state_dict(saved)  # type: ignore[arg-type]
+    assert epochs(resumed, 1, 3) == [list(range(10, per_epoch)) + list(range(per_epoch))]
+    again = SprIterableDataset(dataset, batch_size=100, seed=2)
+    again.load_state_dict(saved)  # type: ignore[arg-type]
+    first_pass, second_pass = ([b["batch"] for b in again] for _ in range(2))
+    assert first_pass == list(range(10, per_epoch))
+    assert second_pass == list(range(per_epoch))  # a second pass is the whole epoch
+
+
+def test_a_worker_state_resumes_on_its_own_world_size_only(tokenized: Path):
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+    ds = SprIterableDataset(tokenized, batch_size=10, world_size=2, rank=0)
+    loader = stateful.StatefulDataLoader(ds, batch_size=None, num_workers=2)
+    it = iter(loader)
+    for _ in range(6):
+        next(it)
+    state = loader.state_dict()
+    del it
+    other = SprIterableDataset(tokenized, batch_size=10, world_size=1, rank=0)
+    resumed = stateful.StatefulDataLoader(other, batch_size=None, num_workers=2)
+    resumed.load_state_dict(state)
+    with pytest.raises(Exception, match="resumes on 2 ranks only"):
+        next(iter(resumed))
+
+
+def test_state_dict_without_batches_done_warns_where_it_cannot_know(dataset: Path):
+    ds = SprIterableDataset(dataset, batch_size=100)
+    for _ in DataLoader(ds, batch_size=None, num_workers=1):
+        break
+    with pytest.warns(UserWarning, match="pass batches_done"):
+        ds.state_dict()

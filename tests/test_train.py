@@ -229,3 +229,19 @@ def test_fp16_gradients_with_a_large_but_finite_norm_are_not_skipped():
     guard = FiniteStepGuard(model, opt)
     assert guard.step()  # the norm, 3000 · sqrt(1056) ≈ 97,500, overflows fp16, not float32
     assert guard.last_norm is not None and guard.last_norm > 65504
+
+
+def test_guard_and_arbiter_misuse_is_a_clear_error(tmp_path: Path):
+    from spr_data.errors import InputError, OutputError
+
+    frozen = nn.Linear(3, 1).requires_grad_(False)
+    with pytest.raises(InputError, match="no trainable parameters"):
+        check_gradient_flow(frozen, lambda m: m(torch.ones(2, 3)).sum())
+    model = nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(OutputError, match=r"missing/q\.jsonl"):  # at once, not at a first skip
+        FiniteStepGuard(model, optimizer, quarantine=tmp_path / "missing/q.jsonl")
+    with pytest.raises(OutputError):
+        FiniteStepGuard(model, optimizer, quarantine=tmp_path)  # a directory
+    with pytest.raises(InputError, match="window >= 1"):
+        FiniteStepGuard(model, optimizer, window=0)

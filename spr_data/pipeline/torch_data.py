@@ -10,6 +10,7 @@ ranks or workers. Each batch carries the row ids it holds. Use it with
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,8 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         self._start_batch = 0
         self._next_batch = 0
         self._worker_next: int | None = None  # a worker's own position (StatefulDataLoader)
+        self._resume_epoch: int | None = None  # the epoch of a state just loaded
+        self._iterated_here = False  # whether this process yielded batches (no workers)
         self._dataset: Dataset | None = dataset  # each worker opens its own (getstate)
         self._encoder: Tokenizer | None = None
         self._plans: dict[tuple[int, int], EpochPlan | TokenPlan] = {}
@@ -125,10 +128,16 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         return self._plan(1).batches_per_rank
 
     def set_epoch(self, epoch: int) -> None:
-        """Start epoch ``epoch`` from its first batch (call before each epoch)."""
+        """Start epoch ``epoch`` from its first batch (call before each epoch) — or, right
+        after ``load_state_dict`` of a state in that epoch, from where the state left it, so
+        that the usual ``for epoch in range(state["epoch"], E): ds.set_epoch(epoch)`` loop
+        resumes rather than repeats."""
+        resuming = self._resume_epoch == epoch
+        self._resume_epoch = None
         self.epoch = epoch
-        self._start_batch = self._next_batch = 0
-        self._worker_next = None
+        if not resuming:
+            self._start_batch = self._next_batch = 0
+            self._worker_next = None
         if self.max_tokens is not None:  # plan here, once: the workers get the counts
             self._plan(1)
 
@@ -198,7 +207,10 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
             for column in self.columns:
                 batch[column] = table.column(column).to_pylist()
             self._next_batch = b + workers  # this worker's next batch
+            self._iterated_here = True
             yield batch
+        # a later pass without set_epoch starts the epoch again, not at the resume point
+        self._start_batch, self._worker_next = 0, None
 
     def state_dict(self, batches_done: int | None = None) -> dict[str, Any]:
         """The position after ``batches_done`` batches of this rank's epoch, O(1) in size.
@@ -206,6 +218,11 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         Without ``batches_done`` (torchdata's ``StatefulDataLoader``, in each worker): the
         position after the last batch this process yielded.
         """
+        if batches_done is None and get_worker_info() is None and not self._iterated_here:
+            warnings.warn("state_dict() without batches_done in a process that yielded no "
+                          "batch: with DataLoader workers this process cannot know the "
+                          "position; pass batches_done=batch['batch'] + 1, or use torchdata's "
+                          "StatefulDataLoader", stacklevel=2)
         done = self._next_batch if batches_done is None else batches_done
         state = {"epoch": self.epoch, "batches_done": done, "seed": self.seed,
                  "batch_size": self.batch_size, "max_tokens": self.max_tokens,
@@ -219,7 +236,9 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         """Continue from ``state``; a state of another dataset or other options is refused.
 
         A state saved with another world size resumes at the same global position when that
-        position falls on a batch boundary of the new world size.
+        position falls on a batch boundary of the new world size; a worker's state from
+        torchdata's ``StatefulDataLoader`` resumes on the same world size only. The position
+        holds for the next pass (and a ``set_epoch`` of the state's epoch).
         """
         for key, mine in (("manifest", self.manifest_digest), ("seed", self.seed),
                           ("batch_size", self.batch_size), ("max_tokens", self.max_tokens),
@@ -234,7 +253,12 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
             raise InputError(f"the state is {consumed} batches into the epoch, which is not "
                              f"a step boundary for world size {self.world_size}; resume on "
                              f"{state['world_size']} ranks or at an epoch boundary")
-        self.epoch = int(state["epoch"])
+        if "worker_next" in state and int(state["world_size"]) != self.world_size:
+            raise InputError(f"this state is one DataLoader worker's position on "
+                             f"{state['world_size']} ranks; it resumes on {state['world_size']} "
+                             f"ranks only, not {self.world_size} (to change the world size, "
+                             "save state_dict(batches_done) from the training loop)")
+        self.epoch = self._resume_epoch = int(state["epoch"])
         self._start_batch = self._next_batch = consumed // self.world_size
         self._worker_next = int(state["worker_next"]) if "worker_next" in state else None
 
