@@ -58,17 +58,11 @@ from spr_data.qa.align import (
     alignment_tokens,
     training_rows,
 )
+from spr_data.testing import corpora_dir
 
 CORPUS = "corpus.arrow"
 MODEL = "model.npz"
 BATCH_ROWS = 50_000
-
-
-def corpora_dir() -> Path:
-    env = os.environ.get("SPR_DATA_CORPORA")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / "shared" / "corpora"
 
 
 def peak_rss_mb() -> float:

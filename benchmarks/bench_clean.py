@@ -35,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from spr_data.testing import corpora_dir  # noqa: E402
 from tests.junk import INJECTORS, inject  # noqa: E402
 
 RUN_CLEAN = """
@@ -182,11 +183,13 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=1_000_000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--corpora", type=Path, default=ROOT.parent / "shared" / "corpora")
+    parser.add_argument("--corpora", type=Path, default=None,
+                        help="shared/corpora (default: $SPR_DATA_CORPORA or ../shared/corpora)")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--opusfilter-python", type=Path, default=None,
                         help="a Python with opusfilter (and fasttext-predict) installed")
     args = parser.parse_args()
+    args.corpora = corpora_dir(args.corpora)
 
     work = Path(tempfile.mkdtemp(prefix="spr-bench-clean-", dir=args.workdir))
     try:

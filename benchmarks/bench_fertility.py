@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from spr_data.qa.fertility import TextSource, fertility_report  # noqa: E402
 from spr_data.qa.scripts import normalize_lang, script_ranges  # noqa: E402
+from spr_data.testing import corpora_dir  # noqa: E402
 from spr_data.tokenizers import load_tokenizer  # noqa: E402
 
 
@@ -127,8 +128,10 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--segments", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3, help="report runs (the median counts)")
-    parser.add_argument("--corpora", type=Path, default=ROOT.parent / "shared" / "corpora")
+    parser.add_argument("--corpora", type=Path, default=None,
+                        help="shared/corpora (default: $SPR_DATA_CORPORA or ../shared/corpora)")
     args = parser.parse_args()
+    args.corpora = corpora_dir(args.corpora)
     sources = load_segments(args.corpora, args.segments)
     n = sum(len(s.texts) for s in sources)
     t = args.corpora / "tokenizers"

@@ -48,6 +48,7 @@ from spr_data.pipeline.order import epoch_order, plan, token_plan  # noqa: E402
 from spr_data.pipeline.tokenize import tokenize  # noqa: E402
 from spr_data.pipeline.torch_data import SprIterableDataset  # noqa: E402
 from spr_data.qa.audit import Replay, audit_dataset  # noqa: E402
+from spr_data.testing import corpora_dir  # noqa: E402
 
 
 def log(message: str) -> None:
@@ -156,8 +157,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="*", default=[0, 2, 4])
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true")
-    parser.add_argument("--corpora", type=Path, default=ROOT.parent / "shared" / "corpora")
+    parser.add_argument("--corpora", type=Path, default=None,
+                        help="shared/corpora (default: $SPR_DATA_CORPORA or ../shared/corpora)")
     args = parser.parse_args()
+    args.corpora = corpora_dir(args.corpora)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="spr-bench-iter-"))
     work.mkdir(parents=True, exist_ok=True)
     try:

@@ -16,14 +16,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from spr_data.testing import corpora_dir  # noqa: E402
 from tests.junk import INJECTORS  # noqa: E402
 from tests.test_clean_quality import CORPORA, PER_KIND, ntrex, run_quality  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--corpora", type=Path, default=ROOT.parent / "shared" / "corpora")
+    parser.add_argument("--corpora", type=Path, default=None,
+                        help="shared/corpora (default: $SPR_DATA_CORPORA or ../shared/corpora)")
     args = parser.parse_args()
+    args.corpora = corpora_dir(args.corpora)
     results = {}
     for name, (load, langs, other) in CORPORA.items():
         with tempfile.TemporaryDirectory() as tmp:

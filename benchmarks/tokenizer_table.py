@@ -20,14 +20,17 @@ sys.path.insert(0, str(ROOT))
 
 from spr_data.pipeline.train_tokenizer import KINDS, train_tokenizer  # noqa: E402
 from spr_data.qa.fertility import fertility_report, read_sources  # noqa: E402
+from spr_data.testing import corpora_dir  # noqa: E402
 from spr_data.tokenizers import load_tokenizer  # noqa: E402
 from tests.test_train_tokenizer import VOCAB, build_mix, train_trap  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--corpora", type=Path, default=ROOT.parent / "shared" / "corpora")
+    parser.add_argument("--corpora", type=Path, default=None,
+                        help="shared/corpora (default: $SPR_DATA_CORPORA or ../shared/corpora)")
     args = parser.parse_args()
+    args.corpora = corpora_dir(args.corpora)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         files = build_mix(args.corpora, root)

@@ -406,3 +406,29 @@ def test_a_reference_language_without_an_input_is_a_clear_error(corpora: Path):
     assert result.exit_code == 2 and "no input is in that language" in result.stderr
     assert "bn, en" in result.stderr
     assert run_cli("fertility-report", ntrex(corpora, "bn"), "-t", "chars").exit_code == 0
+
+
+def test_a_large_report_counts_by_words_and_matches_the_libraries(
+        corpora: Path, all_texts: list[str], monkeypatch: pytest.MonkeyPatch):
+    """Through the report itself (threads, checks and all), on 80k segments: the token
+    counts equal the libraries' own, each segment encoded alone."""
+    import sentencepiece as spm
+    from tokenizers import ByteLevelBPETokenizer
+
+    combined = []
+    real_combine = F._combine
+    monkeypatch.setattr(F, "_combine", lambda *a: combined.append(a[-1].name) or real_combine(*a))
+    tokenizers_dir = corpora / "tokenizers"
+    toks = [load_tokenizer(f"gpt2={tokenizers_dir / 'gpt2-vocab.json'}"),
+            load_tokenizer(f"llama2={tokenizers_dir / 'llama2_tokenizer.model'}"),
+            load_tokenizer(f"llama3={tokenizers_dir / 'llama3_tokenizer.model'}")]
+    report = fertility_report([F.TextSource("all", "en", all_texts)], toks)
+    assert sorted(combined) == ["gpt2", "llama2", "llama3"]  # the word path, not a fallback
+    sp = spm.SentencePieceProcessor(model_file=str(tokenizers_dir / "llama2_tokenizer.model"))
+    bpe = ByteLevelBPETokenizer(str(tokenizers_dir / "gpt2-vocab.json"),
+                                str(tokenizers_dir / "gpt2-merges.txt"))
+    direct = {"llama2": sum(map(len, sp.encode(all_texts))),
+              "gpt2": sum(len(e.ids) for e in bpe.encode_batch(all_texts)),
+              "llama3": sum(len(toks[2].encoder.encode_ordinary(t)) for t in all_texts)}
+    for name, tokens in direct.items():
+        assert report["tokenizers"][name]["by_lang"]["en"]["tokens"] == tokens, name

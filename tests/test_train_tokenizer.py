@@ -166,6 +166,17 @@ def test_bad_weights_are_clear_errors(corpora: Path, tmp_path: Path, weights: st
     assert not (tmp_path / "o/tokenizer.json").exists()
 
 
+def test_training_json_records_the_weights_and_the_seed(corpora: Path, tmp_path: Path):
+    english = corpora / "parallel/multi30k/train.en.gz"
+    bengali = corpora / "multiparallel/ntrex128/newstest2019-ref.ben.txt.gz"
+    result = run_cli("train-tokenizer", english, bengali, "--out", tmp_path / "o", "--kind",
+                     "bpe", "--vocab-size", "500", "--weights", "Latin=1,Bengali=1",
+                     "--seed", "7")
+    assert result.exit_code == 0
+    made = json.loads((tmp_path / "o/training.json").read_text())
+    assert made["weights"] == {"Latin": 1.0, "Bengali": 1.0} and made["seed"] == 7
+
+
 def test_trainer_refusals_and_sizes_are_reported_as_they_are(corpora: Path, tmp_path: Path):
     english = corpora / "parallel/multi30k/train.en.gz"
     result = run_cli("train-tokenizer", english, "--out", tmp_path / "small", "--kind",

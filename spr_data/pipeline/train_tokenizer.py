@@ -144,11 +144,13 @@ class TrainResult:
     tokenizer_file: Path
     held_out: list[tuple[str, str]]
     vocab_size_asked: int = 0  # --vocab-size; vocab_size is what the trainer made
+    weights: dict[str, float] | None = None  # --weights, when given instead of alpha
+    seed: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "vocab_size": self.vocab_size,
                 "vocab_size_asked": self.vocab_size_asked or self.vocab_size,
-                "balance": self.balance,
+                "balance": self.balance, "weights": self.weights, "seed": self.seed,
                 "alpha": self.alpha, "chars_by_group": self.chars_by_group,
                 "sampling_rates": {g: round(r, 4) for g, r in self.rates.items()},
                 "fed_chars_by_group": self.fed_chars_by_group,
@@ -224,7 +226,7 @@ def train_tokenizer(
         size = _train_hf(stream(), target, kind, vocab_size)
     stale.unlink(missing_ok=True)  # a tokenizer of the other kinds, from an earlier run here
     result = TrainResult(out, kind, size, balance, alpha, dict(chars), rates, dict(fed),
-                         count[0], target, held_out, vocab_size)
+                         count[0], target, held_out, vocab_size, weights, seed)
     atomic_write_bytes(out / "training.json",
                        json.dumps(result.to_json(), indent=2, ensure_ascii=False).encode())
     return result

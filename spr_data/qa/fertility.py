@@ -107,6 +107,8 @@ def _dataset_sources(path: str, reader: ReaderOptions | None) -> list[TextSource
 _STATS = ("tokens", "fallback", "unknown", "marks", "runs", "continued")
 #: segments encoded whole to check the word-by-word counts of each tokenizer
 _WORDS_CHECK = 1000
+#: below this many segments, encoding them whole is as fast (the checks are a fixed cost)
+_WORDS_MIN_SEGMENTS = 20_000
 #: rows profiled at once (the profile keeps ~600 bytes a row)
 _PROFILE_ROWS = 1 << 16
 #: whitespace other than a single space between words: such a segment is encoded whole
@@ -358,7 +360,8 @@ def fertility_report(sources: list[TextSource], tokenizers: list[Tokenizer], *,
         sample = [texts[i] for i in _spread(len(texts), _WORDS_CHECK)]
         checks = [pool.submit(t.check, sample) for t in tokenizers]
         pretokens = [pool.submit(_pretoken_sample, sources, t) for t in tokenizers]
-        words = _Words.of(array) if any(t.encodes_words for t in tokenizers) else None
+        words = (_Words.of(array) if len(texts) >= _WORDS_MIN_SEGMENTS
+                 and any(t.encodes_words for t in tokenizers) else None)
         for check in checks:
             check.result()
         stats = [_submit_stats(pool, texts, words, t) for t in tokenizers]
