@@ -17,7 +17,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from spr_data.errors import OutputError
+from spr_data.errors import InputError, OutputError
 from spr_data.fsio import fsync_dir, os_error_message
 from spr_data.manifest import ShardInfo
 from spr_data.reader import FileSystem, RetryPolicy, fetch_verified
@@ -32,6 +32,9 @@ class ShardCache:
 
     def __init__(self, directory: str | Path, *, limit_bytes: int | None = None,
                  prefetch: int = 2) -> None:
+        if (limit_bytes is not None and limit_bytes < 0) or prefetch < 0:
+            raise InputError(f"a shard cache needs limit_bytes >= 0 and prefetch >= 0; got "
+                             f"{limit_bytes} and {prefetch}")
         self.directory = Path(directory)
         self.limit_bytes = limit_bytes
         self.prefetch = prefetch

@@ -404,3 +404,8 @@ def test_a_server_that_is_down_fails_at_once_with_a_clear_error():
     with pytest.raises(ReadError, match=r"ECONNREFUSED.*is the server up") as caught:
         open_dataset(f"http://127.0.0.1:{port}/ds", retry=RetryPolicy(attempts=5))
     assert "attempts failed" not in str(caught.value)  # not retried: nobody is listening
+
+
+def test_a_negative_cache_limit_is_refused(tmp_path: Path):
+    with pytest.raises(InputError, match="limit_bytes >= 0"):
+        ShardCache(tmp_path / "c", limit_bytes=-1)

@@ -102,6 +102,12 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         if unknown:
             raise InputError(f"{self.path} has no column {unknown[0]!r} (it has "
                              f"{', '.join(names)})")
+        padded = [c for c in columns if c in self.token_columns]
+        if padded:
+            raise InputError(f"{padded[0]} comes padded in every batch (with its mask); "
+                             "columns= is for other columns, as lists")
+        if not 0 <= seed < 1 << 64:
+            raise InputError(f"seed {seed} is outside 0 .. 2**64 - 1 (it would wrap around)")
         self.columns = columns
         if max_tokens is not None and (tokenizer is not None or not self.token_columns):
             raise InputError("max_tokens needs token-id columns to size rows: run "
@@ -227,7 +233,7 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         state = {"epoch": self.epoch, "batches_done": done, "seed": self.seed,
                  "batch_size": self.batch_size, "max_tokens": self.max_tokens,
                  "window": self.window, "block": self.block, "world_size": self.world_size,
-                 "manifest": self.manifest_digest}
+                 "drop_remainder": self.drop_remainder, "manifest": self.manifest_digest}
         if batches_done is None and get_worker_info() is not None:
             state["worker_next"] = self._next_batch  # restored into this same worker
         return state
@@ -242,9 +248,10 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         """
         for key, mine in (("manifest", self.manifest_digest), ("seed", self.seed),
                           ("batch_size", self.batch_size), ("max_tokens", self.max_tokens),
-                          ("window", self.window), ("block", self.block)):
-            if state.get(key, mine if key in ("max_tokens", "window", "block") else None) \
-                    != mine:
+                          ("window", self.window), ("block", self.block),
+                          ("drop_remainder", self.drop_remainder)):
+            optional = ("max_tokens", "window", "block", "drop_remainder")  # older states
+            if state.get(key, mine if key in optional else None) != mine:
                 raise InputError(f"iterator state has {key} {state.get(key)!r}, expected "
                                  f"{mine!r}: it belongs to another dataset or run")
         # global steps consumed: a step is one batch on every rank
