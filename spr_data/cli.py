@@ -32,6 +32,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as one JSON object.")]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+WorkersOption = Annotated[int | None, typer.Option(
+    "--workers", min=1, help="Worker processes (default: all cores).")]
+OverwriteOption = Annotated[bool, typer.Option(
+    "--overwrite", help="Replace an existing output or an unfinished run.")]
 RetriesOption = Annotated[int, typer.Option(
     "--retries", min=1, help="Attempts per read before a transient fault (EIO, ESTALE, a "
     "dropped connection…) is an error.")]
@@ -197,12 +201,10 @@ def clean(
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the kept rows.")],
     recipe: Annotated[Path | None, typer.Option(
         "--recipe", help="TOML recipe (default: built-in defaults for the languages).")] = None,
-    workers: Annotated[int | None, typer.Option(
-        "--workers", min=1, help="Worker processes (default: all cores).")] = None,
+    workers: WorkersOption = None,
     quarantine: Annotated[Path | None, typer.Option(
         "--quarantine", help="JSONL of row ids to reject as 'quarantined'.")] = None,
-    overwrite: Annotated[bool, typer.Option(
-        "--overwrite", help="Replace an existing output or an unfinished run.")] = False,
+    overwrite: OverwriteOption = False,
     retries: RetriesOption = 8,
     cache_dir: CacheDirOption = None,
     as_json: JsonOption = False,
@@ -249,10 +251,8 @@ def tokenize(
         "--tokenizer", "-t", help="[NAME=]PATH of a SentencePiece .model, HF tokenizer.json, "
         "GPT-2 vocab.json (merges.txt beside it) or tiktoken ranks file.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the output.")],
-    workers: Annotated[int | None, typer.Option(
-        "--workers", min=1, help="Worker processes (default: all cores).")] = None,
-    overwrite: Annotated[bool, typer.Option(
-        "--overwrite", help="Replace an existing output or an unfinished run.")] = False,
+    workers: WorkersOption = None,
+    overwrite: OverwriteOption = False,
     retries: RetriesOption = 8,
     cache_dir: CacheDirOption = None,
     as_json: JsonOption = False,

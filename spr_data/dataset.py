@@ -275,6 +275,13 @@ class Dataset:
             self._digest = sha256_file(self.path / MANIFEST_NAME)
         return self._digest
 
+    def parent_record(self) -> dict[str, Any]:
+        """How a stage's lineage names this dataset as its parent: an absolute path (or its
+        URL), so that ``audit`` finds it from any directory, and the manifest digest, so that
+        it notices when the parent changed."""
+        return {"path": self.location if self.remote else str(self.path.resolve()),
+                "manifest_sha256": self.manifest_digest, "rows": len(self)}
+
     def __repr__(self) -> str:
         return (f"Dataset({self.location!r}, kind={self.kind!r}, langs={self.langs!r}, "
                 f"rows={len(self)}, shards={len(self.manifest.shards)})")

@@ -32,7 +32,8 @@ from typing import Any, BinaryIO
 
 from spr_data.reader import FileSystem, LocalFileSystem
 
-__all__ = ["FAULT_KINDS", "FaultyFileSystem", "corpora_dir", "serve_directory"]
+__all__ = ["FAULT_KINDS", "FaultyFileSystem", "corpora_dir", "corpora_path",
+           "serve_directory"]
 
 FAULT_KINDS = ("EIO", "ESTALE", "ETIMEDOUT", "short", "eof", "flip")
 
@@ -236,12 +237,16 @@ def serve_directory(root: str | Path, *, rate: float = 0.0,
         server.server_close()
 
 
-def corpora_dir(given: str | Path | None = None) -> Path:
-    """The real corpora that the tests and benchmarks read: ``given``, else
-    ``$SPR_DATA_CORPORA``, else ``shared/corpora`` beside the repository; SystemExit with
-    what to do when it is not there."""
+def corpora_path(given: str | Path | None = None) -> Path:
+    """Where the real corpora that the tests and benchmarks read are: ``given``, else
+    ``$SPR_DATA_CORPORA``, else ``shared/corpora`` beside the repository."""
     env = os.environ.get("SPR_DATA_CORPORA")
-    path = Path(given or env or Path(__file__).resolve().parents[2] / "shared" / "corpora")
+    return Path(given or env or Path(__file__).resolve().parents[2] / "shared" / "corpora")
+
+
+def corpora_dir(given: str | Path | None = None) -> Path:
+    """:func:`corpora_path`, or SystemExit saying what to do when nothing is there."""
+    path = corpora_path(given)
     if not (path / "SOURCES.md").is_file():
         raise SystemExit(f"real corpora not found at {path}; pass --corpora or set "
                          "SPR_DATA_CORPORA to the shared/corpora folder")

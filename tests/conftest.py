@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, settings
 from typer.testing import CliRunner
 
 from spr_data.cli import app
+from spr_data.testing import corpora_path
 
 settings.register_profile("fast", max_examples=40, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -19,14 +20,7 @@ settings.register_profile("thorough", max_examples=400, deadline=None,
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
 
-def _corpora_dir() -> Path:
-    env = os.environ.get("SPR_DATA_CORPORA")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / "shared" / "corpora"
-
-
-CORPORA = _corpora_dir()
+CORPORA = corpora_path()
 
 
 @pytest.fixture(scope="session")

@@ -644,10 +644,7 @@ def _finish(source: Dataset, out: Path, work: Path, recipe: Recipe,
     lineage = {
         "stage": "clean", "tool": "spr-data", "version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "parent": {"path": source.location if source.remote
-                   else str(source.path.resolve()),
-                   "manifest_sha256": source.manifest_digest,
-                   "rows": rows_in},
+        "parent": source.parent_record(),
         "recipe": recipe.to_json(), "recipe_hash": recipe.digest,
         "options": {"workers": workers},
     }

@@ -227,10 +227,7 @@ def tokenize(dataset: str | Path, out: str | Path, *, tokenizer: str,
     lineage = {
         "stage": "tokenize", "tool": "spr-data", "version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "parent": {"path": source.location if source.remote
-                   else str(source.path.resolve()),
-                   "manifest_sha256": source.manifest_digest,
-                   "rows": len(source)},
+        "parent": source.parent_record(),
         "tokenizer": tokenizer_info, "id_type": id_type, "tokens": tokens,
         "options": {"workers": used},
     }
