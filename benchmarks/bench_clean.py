@@ -12,7 +12,11 @@ peak RSS of the run and its workers):
 Beside them, in the same run: a plain-Python loop doing normalize + the same rules pair by pair
 (on a subsample), and fastText language id alone on both sides (per process).
 
-    python benchmarks/bench_clean.py --pairs 1000000 [--workers 2]
+With ``--executor ray`` each recipe is cleaned a second time on Ray (a local Ray with
+``--workers`` CPUs, or the cluster at ``--ray-address``), on the same corpus: its seconds
+beside the local ones and the ratio Ray / local, Ray's start-up shown apart.
+
+    python benchmarks/bench_clean.py --pairs 1000000 [--workers 2] [--executor ray]
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import tempfile
 import time
 import unicodedata
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -39,16 +44,26 @@ from spr_data.testing import corpora_dir  # noqa: E402
 from tests.junk import INJECTORS, inject  # noqa: E402
 
 RUN_CLEAN = """
-import json, resource, sys, time
+import contextlib, json, resource, sys, time
 from spr_data.pipeline.clean import clean
-started = time.perf_counter()
-report = clean(sys.argv[1], sys.argv[2], recipe=sys.argv[3] or None, workers=int(sys.argv[4]))
-seconds = time.perf_counter() - started
+workers, executor, startup = int(sys.argv[4]), None, 0.0
+with contextlib.ExitStack() as stack:
+    if sys.argv[5] == "ray":
+        from spr_data.pipeline.ray_executor import RayExecutor
+        started = time.perf_counter()
+        executor = stack.enter_context(RayExecutor(sys.argv[6] or None, workers=workers))
+        workers = executor.workers  # starts (or joins) Ray
+        startup = time.perf_counter() - started
+    started = time.perf_counter()
+    report = clean(sys.argv[1], sys.argv[2], recipe=sys.argv[3] or None,
+                   workers=None if executor else workers, executor=executor)
+    seconds = time.perf_counter() - started
 # VmHWM restarts at exec; ru_maxrss would still count the benchmark's own memory at fork time
 own = int(next(line.split()[1] for line in open("/proc/self/status")
                if line.startswith("VmHWM"))) / 1024
 kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-print(json.dumps({"seconds": seconds, "rows_in": report.rows_in, "kept": report.rows_kept,
+print(json.dumps({"seconds": seconds, "startup": startup, "rows_in": report.rows_in,
+                  "kept": report.rows_kept,
                   "timings": report.timings,
                   "align": report.align, "rss_mb": max(own, kids), "main_mb": own,
                   "worker_mb": kids}))
@@ -177,6 +192,24 @@ def measure_opusfilter(python: Path, pairs: list[tuple[str, str]], work: Path) -
         print(f"{label:<28} {r['pairs_per_s']:>10,.0f}   (1 process, {len(pairs):,} pairs)")
 
 
+def measure_task_overhead(workers: int, address: str, tasks: int = 400) -> None:
+    """Seconds per trivial task, local processes vs Ray (workers already started): what a
+    task costs beyond its work, against a unit of work of 65,536+ rows (seconds)."""
+    from spr_data.pipeline.executor import LocalExecutor
+    from spr_data.pipeline.ray_executor import RayExecutor
+
+    for label, make in (("local processes", lambda: LocalExecutor(workers)),
+                        ("Ray", lambda: RayExecutor(address or None, workers=workers))):
+        with make() as executor:
+            list(executor.map(abs, range(-workers, 0)))  # the workers are up
+            started = time.perf_counter()
+            for _ in executor.map(abs, range(-tasks, 0)):
+                pass
+            per_task = (time.perf_counter() - started) / tasks
+        print(f"{'  task overhead, ' + label:<28} {per_task * 1000:>10.1f} ms a task "
+              f"({tasks} trivial tasks)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -188,7 +221,14 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--opusfilter-python", type=Path, default=None,
                         help="a Python with opusfilter (and fasttext-predict) installed")
+    parser.add_argument("--executor", choices=["local", "ray"], default="local",
+                        help="ray: clean each recipe on Ray too, beside the local run")
+    parser.add_argument("--ray-address", default="",
+                        help="join this Ray cluster (default: start a local Ray)")
+    parser.add_argument("--recipes", default=",".join(RECIPES),
+                        help="comma-separated names of the recipes to run (default: all)")
     args = parser.parse_args()
+    recipes = {name: RECIPES[name] for name in args.recipes.split(",")}
     args.corpora = corpora_dir(args.corpora)
 
     work = Path(tempfile.mkdtemp(prefix="spr-bench-clean-", dir=args.workdir))
@@ -204,16 +244,21 @@ def main() -> None:
               f"{summary.shards} shard(s); workers={args.workers}; ingest {summary.seconds:.1f} s")
         print(f"{'run':<28} {'pairs/s':>10} {'seconds':>8} {'kept':>10} {'peak RSS MB':>12}"
               "  (main / largest worker)")
-        for name, text in RECIPES.items():
+        for name, text in recipes.items():
             recipe = work / "recipe.toml"
             recipe.write_text(text)
-            out = work / "out"
-            shutil.rmtree(out, ignore_errors=True)
-            result = subprocess.run(
-                [sys.executable, "-c", RUN_CLEAN, str(work / "ds"), str(out),
-                 str(recipe) if text else "", str(args.workers)],
-                capture_output=True, text=True, check=True)
-            r = json.loads(result.stdout.strip().splitlines()[-1])
+
+            def run(executor: str, recipe: Path = recipe, text: str = text) -> dict[str, Any]:
+                out = work / "out"
+                shutil.rmtree(out, ignore_errors=True)
+                result = subprocess.run(
+                    [sys.executable, "-c", RUN_CLEAN, str(work / "ds"), str(out),
+                     str(recipe) if text else "", str(args.workers), executor,
+                     args.ray_address], capture_output=True, text=True, check=True)
+                r: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+                return r
+
+            r = run("local")
             print(f"{name:<28} {r['rows_in'] / r['seconds']:>10,.0f} {r['seconds']:>8.1f} "
                   f"{r['kept']:>10,} {r['rss_mb']:>12,.0f}  ({r['main_mb']:,.0f} / "
                   f"{r['worker_mb']:,.0f})")
@@ -224,6 +269,17 @@ def main() -> None:
                 decide = r["timings"]["decide"]
                 print(f"{'  decide step with scoring':<28} {r['rows_in'] / decide:>10,.0f} "
                       f"{decide:>8.1f}   (align scores, dedup, writing the output)")
+            if args.executor == "ray":
+                on_ray = run("ray")
+                assert on_ray["kept"] == r["kept"], "Ray kept other rows than the local run"
+                ratio = on_ray["seconds"] / r["seconds"]
+                with_startup = (on_ray["seconds"] + on_ray["startup"]) / r["seconds"]
+                print(f"{'  the same on Ray':<28} {on_ray['rows_in'] / on_ray['seconds']:>10,.0f} "
+                      f"{on_ray['seconds']:>8.1f} {on_ray['kept']:>10,} {'':>12}  Ray / local "
+                      f"{ratio:.2f}x; with Ray's start-up ({on_ray['startup']:.1f} s) "
+                      f"{with_startup:.2f}x")
+        if args.executor == "ray":
+            measure_task_overhead(args.workers, args.ray_address)
         sample = min(len(pairs), 100_000)
         print(f"{'plain-Python rule loop':<28} {measure_python(pairs, sample):>10,.0f}"
               f"   (1 process, {sample:,} pairs)")

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import functools
 import re
+import signal
+import threading
+import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
 from spr_data import console
 from spr_data._version import __version__
@@ -18,7 +22,32 @@ from spr_data.fsio import atomic_write_bytes
 if TYPE_CHECKING:
     from spr_data.reader import ReaderOptions
 
+
+class _JsonErrorsGroup(TyperGroup):
+    """Usage errors (a missing option, a value out of range) are raised by click before a
+    command runs; with the command's ``--json`` they come as one JSON object on stdout too."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        ctx.meta["spr_data.args"] = list(args)
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            # click's usage errors (typer vendors click: matched by what they carry)
+            code = getattr(exc, "exit_code", None)
+            if hasattr(exc, "format_message") and isinstance(code, int):
+                args: list[str] = ctx.meta.get("spr_data.args", [])
+                at = next((i for i, a in enumerate(args) if a in self.commands), -1)
+                if at >= 0 and "--json" in args[at + 1:] \
+                        and any(p.name == "as_json" for p in self.commands[args[at]].params):
+                    console.print_json({"error": exc.format_message(), "exit_code": code})
+            raise
+
+
 app = typer.Typer(
+    cls=_JsonErrorsGroup,
     name="spr-data",
     help="Raw corpora → clean, sharded, memory-mapped Arrow datasets for safe training.",
     no_args_is_help=True,
@@ -27,7 +56,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-_state = {"debug": False}
+_state: dict[str, Any] = {"debug": False, "signal": signal.SIGINT}
 F = TypeVar("F", bound=Callable[..., Any])
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as one JSON object.")]
@@ -36,15 +65,39 @@ WorkersOption = Annotated[int | None, typer.Option(
     "--workers", min=1, help="Worker processes (default: all cores).")]
 OverwriteOption = Annotated[bool, typer.Option(
     "--overwrite", help="Replace an existing output or an unfinished run.")]
-RetriesOption = Annotated[int, typer.Option(
-    "--retries", min=1, help="Attempts per read before a transient fault (EIO, ESTALE, a "
-    "dropped connection…) is an error.")]
+RetriesOption = Annotated[int | None, typer.Option(
+    "--retries", min=1, help="Give up a read after N attempts (default: retry a transient "
+    "fault — EIO, ESTALE, a dropped connection… — with backoff for up to 5 minutes).")]
 CacheDirOption = Annotated[Path | None, typer.Option(
     "--cache-dir", help="Copy shards of a dataset on a network filesystem or URL here "
     "(verified) and map the copies.")]
 
 
-def _reader(retries: int, cache_dir: Path | None) -> ReaderOptions:
+ExecutorOption = Annotated[str, typer.Option(
+    "--executor", help="Where the per-shard tasks run: local (worker processes) or ray "
+    "(a local Ray, or the cluster at --ray-address; pip install 'spr-data[ray]').")]
+RayAddressOption = Annotated[str | None, typer.Option(
+    "--ray-address", help="Join the Ray cluster at HOST:PORT ('auto': the one `ray start` "
+    "runs on this machine) instead of starting a local Ray; with --executor ray.")]
+
+
+def _executor(kind: str, address: str | None, workers: int | None) -> Any:
+    """The context manager of --executor: None for local processes (the command makes its
+    own), or a RayExecutor, stopped (if it started Ray) when the command ends."""
+    import contextlib
+
+    if kind == "local":
+        if address is not None:
+            raise InputError("--ray-address needs --executor ray")
+        return contextlib.nullcontext(None)
+    if kind == "ray":
+        from spr_data.pipeline.ray_executor import RayExecutor
+
+        return RayExecutor(address, workers=workers)
+    raise InputError(f"--executor is local or ray, not {kind!r}")
+
+
+def _reader(retries: int | None, cache_dir: Path | None) -> ReaderOptions:
     from spr_data.reader import ReaderOptions, RetryPolicy
 
     return ReaderOptions(retry=RetryPolicy(attempts=retries),
@@ -65,6 +118,16 @@ def main(
 ) -> None:
     """spr-data: ingest, check and feed training corpora without losing a row."""
     _state["debug"] = debug
+    _state["signal"] = signal.SIGINT
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM (``kill PID``, a Kubernetes eviction) unwinds the run like Ctrl-C: workers
+    stopped, the output lock released, one line."""
+    _state["signal"] = signum
+    raise KeyboardInterrupt
 
 
 def _reports_errors(fn: F) -> F:
@@ -72,26 +135,55 @@ def _reports_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        as_json = bool(kwargs.get("as_json"))  # fertility-report's --json is a file: not this
         try:
             return fn(*args, **kwargs)
         except SprDataError as exc:
             if _state["debug"]:
-                raise
-            console.print_error(str(exc))
-            raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
-            console.print_error("interrupted")
-            raise typer.Exit(130) from None
+                traceback.print_exc()
+            _fail(_cli_text(str(exc)), exc.exit_code, as_json=as_json)
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see _terminate): the run's work
+            # state and lock are already cleaned up by the with-blocks it unwound through
+            _fail("interrupted; rerun the same command to resume", 128 + _state["signal"],
+                  as_json=as_json)
         except (typer.Exit, typer.Abort):
             raise
         except Exception as exc:
             if _state["debug"]:
-                raise
-            console.print_error(f"unexpected {type(exc).__name__}: {exc} (rerun with --debug "
-                                "for the traceback, and please report it)")
-            raise typer.Exit(1) from None
+                traceback.print_exc()
+                _fail(f"unexpected {type(exc).__name__}: {exc}", 1, as_json=as_json)
+            _fail(f"unexpected {type(exc).__name__}: {exc} (rerun with --debug for the "
+                  "traceback, and please report it)", 1, as_json=as_json)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _count(value: object) -> str:
+    """A count from a manifest's (untyped) lineage: ``1,234``, or ``?`` when it is not one."""
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else "?"
+
+
+def _fail(message: str, exit_code: int, *, as_json: bool) -> NoReturn:
+    """One line on stderr; with ``--json`` also one ``{"error", "exit_code"}`` object on
+    stdout, so a script that parses stdout sees the failure. The exit code is kept (with
+    ``--debug`` too: the traceback comes before the line)."""
+    console.print_error(message)
+    if as_json:
+        console.print_json({"error": message, "exit_code": exit_code})
+    raise typer.Exit(exit_code)
+
+
+def _cli_text(message: str) -> str:
+    """The library names its options as Python keywords (``pass overwrite=True``); on the
+    command line the same option is a flag (``pass --overwrite``)."""
+    commands = getattr(typer.main.get_command(app), "commands", {}).values()
+    flags = {opt for cmd in commands for p in cmd.params for opt in getattr(p, "opts", ())}
+
+    def flag(m: re.Match[str]) -> str:
+        name = "--" + m.group(1).replace("_", "-")
+        return name if name in flags else m.group(0)
+
+    return re.sub(r"\b([a-z][a-z_]*)=True\b", flag, message)
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
@@ -162,7 +254,7 @@ def ingest(
         "--shard-bytes", help="Roll over after this much data (e.g. 64M, 1G).")] = "256M",
     overwrite: Annotated[bool, typer.Option("--overwrite",
                                             help="Replace an existing dataset.")] = False,
-    retries: RetriesOption = 8,
+    retries: RetriesOption = None,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -205,18 +297,26 @@ def clean(
     quarantine: Annotated[Path | None, typer.Option(
         "--quarantine", help="JSONL of row ids to reject as 'quarantined'.")] = None,
     overwrite: OverwriteOption = False,
-    retries: RetriesOption = 8,
+    retries: RetriesOption = None,
     cache_dir: CacheDirOption = None,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
+    allow_heavy_loss: Annotated[bool, typer.Option(
+        "--allow-heavy-loss", help="Publish even when one reason rejects more than the "
+        "recipe's max_reason_share (default 0.5) of the rows.")] = False,
+    executor: ExecutorOption = "local",
+    ray_address: RayAddressOption = None,
 ) -> None:
     """Run the QA stages: keep good rows, keep every rejected row with its reasons."""
+    from spr_data.outdir import REJECTS_DIR
     from spr_data.pipeline.clean import clean as run_clean
 
-    with console.progress_steps(enabled=not quiet) as progress:
-        report = run_clean(dataset, out, recipe=recipe, workers=workers, quarantine=quarantine,
-                           overwrite=overwrite, on_progress=progress,
-                           reader=_reader(retries, cache_dir))
+    with _executor(executor, ray_address, workers) as runner, \
+            console.progress_steps(enabled=not quiet) as progress:
+        report = run_clean(dataset, out, recipe=recipe, workers=None if runner else workers,
+                           quarantine=quarantine, overwrite=overwrite, on_progress=progress,
+                           reader=_reader(retries, cache_dir), allow_heavy_loss=allow_heavy_loss,
+                           executor=runner)
     if as_json:
         data = report.to_json()
         data.pop("distributions", None)  # the full histograms are in report.json
@@ -225,7 +325,7 @@ def clean(
     console.out.print(
         f"[bold]{out}[/]: kept {report.rows_kept:,} of {report.rows_in:,} rows "
         f"({report.rows_kept / max(report.rows_in, 1):.1%}); rejected {report.rows_rejected:,} "
-        f"→ {out / 'rejects'}; {report.seconds:.1f} s")
+        f"→ {out / REJECTS_DIR}; {report.seconds:.1f} s")
     rows = []
     for stage in report.stages:
         rows.append([stage["name"], f"{stage['rows_in']:,}", f"-{stage['removed']:,}",
@@ -253,18 +353,22 @@ def tokenize(
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the output.")],
     workers: WorkersOption = None,
     overwrite: OverwriteOption = False,
-    retries: RetriesOption = 8,
+    retries: RetriesOption = None,
     cache_dir: CacheDirOption = None,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
+    executor: ExecutorOption = "local",
+    ray_address: RayAddressOption = None,
 ) -> None:
     """Add token-id columns (src_ids/tgt_ids or text_ids) for training."""
     from spr_data.pipeline.tokenize import tokenize as run_tokenize
 
-    with console.progress_steps(enabled=not quiet) as progress:
-        report = run_tokenize(dataset, out, tokenizer=tokenizer, workers=workers,
-                              overwrite=overwrite, on_progress=progress,
-                              reader=_reader(retries, cache_dir))
+    with _executor(executor, ray_address, workers) as runner, \
+            console.progress_steps(enabled=not quiet) as progress:
+        report = run_tokenize(dataset, out, tokenizer=tokenizer,
+                              workers=None if runner else workers, overwrite=overwrite,
+                              on_progress=progress, reader=_reader(retries, cache_dir),
+                              executor=runner)
     if as_json:
         console.print_json(report.to_json())
         return
@@ -285,6 +389,9 @@ def fertility_report(
     sample: Annotated[int | None, typer.Option(
         "--sample", min=1, help="At most N segments per input, chosen with --seed.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of --sample.")] = 0,
+    parallel: Annotated[bool, typer.Option(
+        "--parallel", help="The text files are line-parallel (line i of each says the same): "
+        "parity compares them even where their line lengths cannot show it.")] = False,
     reference: Annotated[str | None, typer.Option(
         "--reference", help="Language that parity is measured against (default: en, when "
         "an input is English).")] = None,
@@ -297,7 +404,7 @@ def fertility_report(
         "script and tokenizer.")] = None,
     strict: Annotated[bool, typer.Option(
         "--strict", help="Exit 1 when any warning fires (for CI of training repos).")] = False,
-    retries: RetriesOption = 8,
+    retries: RetriesOption = None,
     cache_dir: CacheDirOption = None,
 ) -> None:
     """Characters per token, fertility and balance per script and language, per tokenizer."""
@@ -316,7 +423,8 @@ def fertility_report(
         twice = sorted({n for n in names if names.count(n) > 1})
         raise InputError(f"two tokenizers are named {', '.join(twice)}; name them apart with "
                          "NAME=PATH")
-    sources = read_sources(inputs, sample=sample, seed=seed, reader=_reader(retries, cache_dir))
+    sources = read_sources(inputs, sample=sample, seed=seed, reader=_reader(retries, cache_dir),
+                           parallel=parallel)
     if reference is not None:
         from spr_data.qa.scripts import normalize_lang
 
@@ -329,26 +437,20 @@ def fertility_report(
     if json_file is not None:
         atomic_write_bytes(json_file,
                            (json.dumps(report, indent=2, ensure_ascii=False) + "\n").encode())
-    tables = []
-    for name, data in report["tokenizers"].items():
-        for group in ("by_script", "by_lang"):
-            rows = [[key, f"{m['segments']:,}", f"{m['chars_per_token']:.2f}",
-                     f"{m['bytes_per_token']:.2f}", f"{m['tokens_per_word']:.2f}",
-                     f"{m['mark_split_rate']:.1%}", f"{m['byte_fallback_rate']:.1%}",
-                     f"{m['char_share']:.1%}", f"{m['token_share']:.1%}",
-                     f"{m['parity']:.2f}" if "parity" in m else ""]
-                    for key, m in data[group].items()]
-            tables.append((f"{name} — {group.replace('_', ' ')}", rows))
-    columns = ["group", "segments", "chars/token", "bytes/token", "tokens/word", "mark-split",
-               "byte-fallback", "char share", "token share", "parity"]
-    for title, rows in tables:
-        console.out.print(console.table(title, columns, rows))
-    for warning in report["warnings"]:
-        console.err.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
+    from spr_data import render
+
+    for item in render.fertility_tables(report, width=console.out.width):
+        console.out.print(item)
+    for line in render.grouped_warnings(report):
+        console.warn(line)
+    if report["warnings"]:
+        where = f"in {json_file}" if json_file is not None else "with --json FILE"
+        console.err.print(f"{len(report['warnings'])} warning(s) in all, each listed {where}",
+                          style="dim", highlight=False, markup=False)
     if markdown_file is not None:
         lines = []
-        for title, rows in tables:
-            lines += [f"### {title}", "", "| " + " | ".join(columns) + " |",
+        for title, columns, rows in render.fertility_rows(report):
+            lines += [f"### {title}", "", "| " + " | ".join(c.header for c in columns) + " |",
                       "|" + "---|" * len(columns)]
             lines += ["| " + " | ".join(r) + " |" for r in rows] + [""]
         lines += [f"- warning: {w}" for w in report["warnings"]]
@@ -377,7 +479,7 @@ def train_tokenizer(
     weights: Annotated[str | None, typer.Option(
         "--weights", help="Explicit group weights instead, e.g. Latin=0.5,Bengali=0.5.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sampling.")] = 0,
-    retries: RetriesOption = 8,
+    retries: RetriesOption = None,
     cache_dir: CacheDirOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -389,16 +491,21 @@ def train_tokenizer(
     parsed = _parse_weights(weights) if weights else None
     if parsed is not None and balance == "none":
         raise InputError("--weights balances the groups: it does not go with --balance none")
-    result = run_train(inputs, out, kind=kind, vocab_size=vocab_size, balance=balance,
-                       alpha=alpha, weights=parsed, seed=seed,
-                       reader=_reader(retries, cache_dir))
-    by_lang: dict[str, list[str]] = {}
-    for text, lang in result.held_out:
-        by_lang.setdefault(lang, []).append(text)
-    sources = [TextSource(f"held-out:{lang}", None if lang == "und" else lang, texts)
-               for lang, texts in by_lang.items()]
-    report = fertility_report(sources, [load_tokenizer(str(result.tokenizer_file))]) \
-        if sources else None
+    units = {"count": "segments read", "sample": "segments fed",
+             "held-out report": "segments"}
+    with console.progress_phases(enabled=True, units=units) as progress:
+        result = run_train(inputs, out, kind=kind, vocab_size=vocab_size, balance=balance,
+                           alpha=alpha, weights=parsed, seed=seed,
+                           reader=_reader(retries, cache_dir), on_progress=progress)
+        progress("held-out report", 0, len(result.held_out))
+        by_lang: dict[str, list[str]] = {}
+        for text, lang in result.held_out:
+            by_lang.setdefault(lang, []).append(text)
+        sources = [TextSource(f"held-out:{lang}", None if lang == "und" else lang, texts)
+                   for lang, texts in by_lang.items()]
+        report = fertility_report(sources, [load_tokenizer(str(result.tokenizer_file))]) \
+            if sources else None
+        progress("held-out report", len(result.held_out), len(result.held_out))
     if as_json:
         console.print_json({**result.to_json(), "out": str(out), "held_out_report": report})
         return
@@ -410,11 +517,18 @@ def train_tokenizer(
         rows = [[script, f"{m['segments']:,}", f"{m['chars_per_token']:.2f}",
                  f"{m['mark_split_rate']:.1%}", f"{m['char_share']:.1%}",
                  f"{m['token_share']:.1%}"] for script, m in data["by_script"].items()]
-        console.out.print(console.table("held-out fertility by script",
-                                        ["script", "segments", "chars/token", "mark-split",
-                                         "char share", "token share"], rows))
-        for warning in report["warnings"]:
-            console.err.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
+        from spr_data import render
+
+        columns = [render.Column("script"), render.Column("segments", "segs", "right"),
+                   render.Column("chars/token", "c/tok", "right"),
+                   render.Column("mark-split", "mark", "right"),
+                   render.Column("char share", "char%", "right"),
+                   render.Column("token share", "tok%", "right")]
+        for item in render.table("held-out fertility by script", columns, rows,
+                                 width=console.out.width):
+            console.out.print(item)
+        for line in render.grouped_warnings(report):
+            console.warn(line)
 
 
 @app.command()
@@ -440,7 +554,7 @@ def audit(
         "--block", min=2, help="Replay the blocked order (runs of N consecutive rows).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Shuffle seed.")] = 0,
     epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to replay.")] = 1,
-    retries: RetriesOption = 8,
+    retries: RetriesOption = None,
     cache_dir: CacheDirOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -505,7 +619,7 @@ def _figures(name: str, check: dict[str, Any]) -> str:
 def info(
     dataset: Annotated[str, typer.Argument(help="Dataset directory or URL.")],
     samples: Annotated[int, typer.Option("--samples", min=0, help="Sample rows to show.")] = 3,
-    retries: RetriesOption = 8,
+    retries: RetriesOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Describe a dataset: rows, shards, kind, languages, rejects, lineage, sample rows."""
@@ -531,26 +645,31 @@ def info(
                       f"{lineage.get('version', '?')}) at {lineage.get('created', '?')}")
     parent = lineage.get("parent")
     if isinstance(parent, dict):
-        console.out.print(f"  from {parent.get('path')} ({parent.get('rows', '?'):,} rows); "
+        console.out.print(f"  from {parent.get('path')} ({_count(parent.get('rows'))} rows); "
                           f"recipe {lineage.get('recipe_hash', '?')}")
-    for i, source in enumerate(lineage.get("inputs", [])):
-        files = ", ".join(f["path"] for f in source.get("files", []))
+    inputs = lineage.get("inputs")
+    for i, source in enumerate(inputs if isinstance(inputs, list) else []):
+        if not isinstance(source, dict):
+            continue
+        listed = source.get("files")
+        files = ", ".join(str(f.get("path")) for f in (listed if isinstance(listed, list) else [])
+                          if isinstance(f, dict))
         console.out.print(f"  input {i}: {source.get('format')} {files} "
-                          f"({source.get('records', '?'):,} records)")
+                          f"({_count(source.get('records'))} records)")
     if m.rejects:
         console.out.print(console.table("rejects", ["reason", "rows"],
                                         [[k, f"{v:,}"] for k, v in m.rejects.items()]))
-    if rows:
-        names = list(rows[0])
-        console.out.print(console.table("sample rows", names,
-                                        [[_short(r[n]) for n in names] for r in rows]))
+    from spr_data import render
+
+    for item in render.records("sample rows", rows, width=console.out.width):
+        console.out.print(item)
 
 
 @app.command()
 @_reports_errors
 def verify(
     dataset: Annotated[str, typer.Argument(help="Dataset directory or URL.")],
-    retries: RetriesOption = 8,
+    retries: RetriesOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Re-hash every shard and check rows, bytes, schema and the id partition; exit 1 if not."""
@@ -574,7 +693,8 @@ def verify(
 @_reports_errors
 def demo(
     out: Annotated[Path | None, typer.Option(
-        "--out", "-o", help="Directory for the demo datasets (default: a new temp dir).")] = None,
+        "--out", "-o", help="Directory for the demo datasets, kept (default: a temporary "
+        "directory, removed at the end).")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Run the main job end to end on the small real sample shipped with spr-data."""
@@ -588,12 +708,6 @@ def demo(
 def _printable(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else v)
             for k, v in row.items()}
-
-
-def _short(value: Any, width: int = 60) -> str:
-    text = _printable({"v": value})["v"]
-    text = str(text)
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -15,6 +15,7 @@ from rich.progress import (
     MofNCompleteColumn,
     Progress,
     ProgressColumn,
+    SpinnerColumn,
     Task,
     TextColumn,
     TimeElapsedColumn,
@@ -30,8 +31,10 @@ __all__ = [
     "print_error",
     "print_json",
     "progress_bytes",
+    "progress_phases",
     "progress_steps",
     "table",
+    "warn",
 ]
 
 out = Console(highlight=False)
@@ -46,6 +49,11 @@ def print_json(data: Any) -> None:
 
 def print_error(message: str) -> None:
     err.print(f"[bold red]error:[/] {message}", soft_wrap=True, markup=True, emoji=False)
+
+
+def warn(message: str) -> None:
+    """``warning: …`` on stderr, the message as plain text (brackets are not markup)."""
+    err.print(Text.assemble(("warning: ", "yellow"), message), soft_wrap=True)
 
 
 def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> Table:
@@ -99,3 +107,49 @@ def progress_steps(*, enabled: bool) -> Iterator[Callable[[str, int, int], None]
             bar.update(tasks[step], completed=done, total=total)
 
         yield update
+
+
+class _CountColumn(ProgressColumn):
+    """``done / total`` when the total is known, else ``done`` (``≈`` for an estimate)."""
+
+    def render(self, task: Task) -> Text:
+        if not task.fields.get("unit"):  # a phase without a count (a trainer at work)
+            return Text("")
+        if task.total is None:
+            return Text(f"{task.completed:,.0f}" if task.completed else "",
+                        style="progress.download")
+        return Text(f"{task.completed:,.0f} / {task.total:,.0f}", style="progress.download")
+
+
+@contextmanager
+def progress_phases(*, enabled: bool, units: dict[str, str] | None = None,
+                    console: Console | None = None,
+                    ) -> Iterator[Callable[[str, int, int | None], None]]:
+    """One line per phase of a long job, in order (a spinner, then a tick when the next phase
+    starts; a bar when the phase's total is known; what it counted; time), on a terminal.
+    ``update(phase, done, total)``; total None while unknown. A no-op when piped."""
+    target = console or err
+    if not enabled or not target.is_terminal:
+        yield lambda phase, done, total: None
+        return
+    units = units or {}
+    with Progress(SpinnerColumn(finished_text="[green]✓[/]"),
+                  TextColumn("{task.description:<15}"), BarColumn(), _CountColumn(),
+                  TextColumn("{task.fields[unit]}"), TimeElapsedColumn(), console=target,
+                  transient=False) as bar:
+        tasks: dict[str, Any] = {}
+
+        def finish() -> None:
+            for task in bar.tasks:
+                if not task.finished:
+                    done = max(task.completed, 1)
+                    bar.update(task.id, total=done, completed=done)
+
+        def update(phase: str, done: int, total: int | None) -> None:
+            if phase not in tasks:
+                finish()  # the earlier phases are over
+                tasks[phase] = bar.add_task(phase, total=total, unit=units.get(phase, ""))
+            bar.update(tasks[phase], completed=done, total=total)
+
+        yield update
+        finish()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from collections.abc import Callable
 from importlib import resources
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from spr_data.dataset import open_dataset
+from spr_data.outdir import REJECTS_DIR
 from spr_data.pipeline.clean import clean
 from spr_data.pipeline.ingest import ingest
 from spr_data.verify import verify_dataset
@@ -25,20 +27,31 @@ def run_demo(
     out: Path | None = None, *, say: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
     """Ingest the sample corpora, verify them, read rows back, clean them; return what
-    happened."""
+    happened. Without ``out`` the work happens in a temporary directory that is removed at
+    the end (every run would otherwise leave one behind)."""
+    if out is not None:
+        return _run_demo(Path(out), say=say, kept=True)
+    root = Path(tempfile.mkdtemp(prefix="spr-data-demo-"))
+    try:
+        return _run_demo(root, say=say, kept=False)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _run_demo(root: Path, *, say: Callable[[str], None] | None, kept: bool) -> dict[str, Any]:
     def tell(text: str) -> None:
         if say is not None:
             say(text)
 
     data = demo_data_dir()
-    root = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="spr-data-demo-"))
+    root.mkdir(parents=True, exist_ok=True)
     jobs: dict[str, tuple[list[Path], list[str] | None]] = {
         "tatoeba-eng-cmn": ([data / "tatoeba_eng-cmn.sample.tsv"], ["en", "zh"]),
         "opennmt-en-de": ([data / "opennmt_en-de.sample.en", data / "opennmt_en-de.sample.de"],
                           None),  # languages from the file names
     }
-    result: dict[str, Any] = {"out": str(root), "datasets": {}}
-    tell(f"spr-data demo → {root}")
+    result: dict[str, Any] = {"out": str(root), "kept": kept, "datasets": {}}
+    tell(f"spr-data demo → {root}" + ("" if kept else " (temporary)"))
     for name, (inputs, langs) in jobs.items():
         summary = ingest(inputs, root / name, langs=langs, overwrite=True)
         report = verify_dataset(root / name)
@@ -70,6 +83,11 @@ def run_demo(
                                                           key=lambda kv: -kv[1]))
         tell(f"[bold]clean[/] → {root / f'{name}-clean'}: kept {cleaned.rows_kept:,} of "
              f"{cleaned.rows_in:,}; rejected {reasons or 'none'}")
-    tell(f"\nnext: spr-data info {root / 'tatoeba-eng-cmn-clean'}  ·  "
-         f"spr-data info {root / 'opennmt-en-de-clean' / 'rejects'}")
+    if kept:
+        tell(f"\nnext: spr-data info {root / 'tatoeba-eng-cmn-clean'}  ·  "
+             f"spr-data info {root / 'opennmt-en-de-clean' / REJECTS_DIR}")
+    else:
+        tell("\nthe temporary directory is removed now; to look around afterwards: "
+             "spr-data demo --out DIR, then spr-data info DIR/tatoeba-eng-cmn-clean  ·  "
+             f"spr-data info DIR/opennmt-en-de-clean/{REJECTS_DIR}")
     return result

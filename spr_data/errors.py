@@ -7,8 +7,10 @@ print it as one line. ``exit_code`` is what the CLI exits with.
 from __future__ import annotations
 
 __all__ = [
+    "DataLossError",
     "DatasetError",
     "InputError",
+    "LockError",
     "OutputError",
     "ReadError",
     "SprDataError",
@@ -39,8 +41,24 @@ class OutputError(SprDataError):
     exit_code = 1
 
 
+class LockError(OutputError):
+    """The output directory is in use by another run (or cannot be locked): a usage error,
+    the run did nothing."""
+
+    exit_code = 2
+
+
 class ReadError(SprDataError):
     """Reading failed for a reason outside the data: retries ran out on a network fault, or
     the server refused the connection."""
+
+    exit_code = 1
+
+
+class DataLossError(SprDataError):
+    """A run would lose most of its rows for one reason — every record of an input rejected
+    by ``ingest``, or more than the recipe's ``max_reason_share`` by one reason in ``clean`` —
+    which nearly always means the options do not fit the data (a language-code typo, the
+    wrong keys). Nothing is published; the message names the reason and a sample."""
 
     exit_code = 1

@@ -5,23 +5,55 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import secrets
 from pathlib import Path
 
 from spr_data.errors import OutputError
 
-__all__ = ["TMP_SUFFIX", "atomic_write_bytes", "fsync_dir", "os_error_message", "sha256_file"]
+__all__ = ["TMP_SUFFIX", "atomic_write_bytes", "drop_cache", "fsync_dir", "is_temp_of",
+           "os_error_message", "sha256_file", "temp_path"]
 
 TMP_SUFFIX = ".tmp"
 _HASH_CHUNK = 8 << 20
 
 
-def sha256_file(path: Path) -> str:
-    """Return ``"sha256:<hex>"`` of a file's bytes, read in bounded chunks."""
+def temp_path(path: Path) -> Path:
+    """A temporary name beside ``path`` that no other process uses: ``NAME.PID-RANDOM.tmp``.
+    Two runs (or a run and the leftovers of a killed one) never write one temp file."""
+    return path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}{TMP_SUFFIX}")
+
+
+def is_temp_of(name: str, final: str) -> bool:
+    """Whether ``name`` is a temp file ``temp_path`` makes for the file named ``final``."""
+    if not (name.startswith(final + ".") and name.endswith(TMP_SUFFIX)):
+        return False
+    middle = name[len(final) + 1:-len(TMP_SUFFIX)]
+    pid, _, token = middle.partition("-")
+    return pid.isdigit() and len(token) == 8 and all(c in "0123456789abcdef" for c in token)
+
+
+def sha256_file(path: Path, *, uncached: bool = False) -> str:
+    """Return ``"sha256:<hex>"`` of a file's bytes, read in bounded chunks. ``uncached``
+    first drops the file's pages from the page cache, so the bytes come from the disk (or
+    the server) again: how a checksum mismatch is re-read before it is called corruption."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
+        if uncached:
+            drop_cache(f.fileno())
         while chunk := f.read(_HASH_CHUNK):
             digest.update(chunk)
     return "sha256:" + digest.hexdigest()
+
+
+def drop_cache(fd: int) -> bool:
+    """Ask the kernel to forget the cached pages of the file open as ``fd`` (``posix_fadvise
+    DONTNEED``; on NFS this also makes the client fetch the bytes again). False where the
+    platform cannot."""
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except (AttributeError, OSError):  # pragma: no cover - not Linux, or a pipe
+        return False
+    return True
 
 
 def fsync_dir(path: Path) -> None:
@@ -48,7 +80,7 @@ def os_error_message(exc: OSError, path: Path | str, option: str = "--out") -> s
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see either the old file or the whole new one."""
-    tmp = path.with_name(path.name + TMP_SUFFIX)
+    tmp = temp_path(path)
     try:
         with open(tmp, "wb") as f:
             f.write(data)

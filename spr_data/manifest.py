@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ __all__ = [
     "MANIFEST_NAME",
     "Manifest",
     "ShardInfo",
+    "min_row_bytes",
     "parse_manifest",
     "read_manifest",
     "write_manifest",
@@ -32,6 +34,9 @@ __all__ = [
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
+#: a manifest of a million shards is ~300 MB; anything larger is not one
+MAX_MANIFEST_BYTES = 1 << 30
+_HASH = re.compile(r"sha256:[0-9a-f]{64}")
 ROLES = ("rows", "rejects")
 
 
@@ -101,11 +106,39 @@ def write_manifest(directory: Path, manifest: Manifest) -> None:
 
 def parse_manifest(raw: bytes, where: str) -> Manifest:
     """A manifest from its bytes (read from anywhere); ``where`` names it in errors."""
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise DatasetError(f"{where} is {len(raw):,} bytes, more than a manifest can be "
+                           f"({MAX_MANIFEST_BYTES:,}); it is not an spr-data manifest")
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DatasetError(f"{where} is not valid JSON: {exc}") from exc
+    except RecursionError:  # brackets nested deeper than the parser's stack
+        raise DatasetError(f"{where} is not an spr-data manifest: its JSON is nested too "
+                           "deeply to read") from None
     return _parse(data, where)
+
+
+def min_row_bytes(schema: pa.Schema) -> int:
+    """The fewest bytes one row of ``schema`` takes in an uncompressed Arrow IPC file: fixed
+    widths, plus an offset per variable-width value. ``rows * min_row_bytes <= bytes`` is
+    what a shard of ``bytes`` bytes can hold, so a manifest's counts are bounded before
+    anything is allocated by them."""
+    def width(t: pa.DataType) -> int:
+        if pa.types.is_struct(t):
+            return sum(width(t.field(i).type) for i in range(t.num_fields))
+        if pa.types.is_boolean(t) or pa.types.is_null(t):
+            return 0
+        if pa.types.is_large_string(t) or pa.types.is_large_binary(t) or \
+                pa.types.is_large_list(t):
+            return 8
+        if pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_list(t):
+            return 4
+        try:
+            return max(int(t.bit_width) // 8, 0)
+        except ValueError:  # a type without a fixed width: no lower bound from it
+            return 0
+    return sum(width(f.type) for f in schema)
 
 
 def read_manifest(directory: Path) -> Manifest:
@@ -153,18 +186,33 @@ def _parse(data: Any, path: str | Path) -> Manifest:
     except (ValueError, pa.ArrowInvalid) as exc:
         raise DatasetError(f"{path}: arrow_schema is not a valid Arrow schema: {exc}") from exc
     shards = []
+    row_bytes = min_row_bytes(schema)
+    seen_files: set[str] = set()
     for i, s in enumerate(need(data, "shards", list)):
         where = f"shards[{i}]."
         first_id = s.get("first_id") if isinstance(s, dict) else None
         if first_id is not None and not isinstance(first_id, int):
             raise DatasetError(f"{path}: key {where}'first_id' should be int, found {first_id!r}")
         file = need(s, "file", str, where)
-        if "/" in file or "\\" in file or file.startswith("."):
-            raise DatasetError(f"{path}: {where}file must be a plain file name, found {file!r}")
+        if "/" in file or "\\" in file or file.startswith(".") or not file.isprintable() \
+                or file in seen_files or file in (MANIFEST_NAME, data.get("rejects_dir")):
+            raise DatasetError(f"{path}: {where}file must be a plain file name of a shard, "
+                               f"printable and listed once, found {file!r}")
+        seen_files.add(file)
         rows, size = need(s, "rows", int, where), need(s, "bytes", int, where)
-        if rows < 0 or size < 0:
+        if rows < 0 or size < 0 or size >= 1 << 63:
             raise DatasetError(f"{path}: {where}rows and bytes must not be negative")
-        shards.append(ShardInfo(file, rows, size, need(s, "hash", str, where), first_id))
+        if rows * row_bytes > size:
+            raise DatasetError(
+                f"{path}: {where}rows is {rows:,}, more than a file of {size:,} bytes can hold "
+                f"(each row takes at least {row_bytes} bytes); the manifest is corrupt or "
+                "forged: re-create the dataset")
+        digest = need(s, "hash", str, where)
+        if not _HASH.fullmatch(digest):
+            raise DatasetError(f"{path}: {where}hash should be 'sha256:' and 64 hex digits, "
+                               f"found {digest[:80]!r}: without it the shard cannot be "
+                               "checked; re-create the dataset")
+        shards.append(ShardInfo(file, rows, size, digest, first_id))
     total = need(data, "rows", int)
     if total != sum(s.rows for s in shards):
         raise DatasetError(
@@ -174,7 +222,9 @@ def _parse(data: Any, path: str | Path) -> Manifest:
     if not all(isinstance(v, int) for v in rejects.values()):
         raise DatasetError(f"{path}: rejects should map reasons to counts, found {rejects!r}")
     rejects_dir = data.get("rejects_dir")
-    if rejects_dir is not None and (not isinstance(rejects_dir, str) or "/" in rejects_dir):
+    if rejects_dir is not None and (not isinstance(rejects_dir, str) or "/" in rejects_dir
+                                    or "\\" in rejects_dir or rejects_dir in ("", ".", "..")
+                                    or not rejects_dir.isprintable()):
         raise DatasetError(f"{path}: rejects_dir must be a directory name, found {rejects_dir!r}")
     rows_in, id_bound = need(data, "rows_in", int), need(data, "id_bound", int)
     if not total <= rows_in <= id_bound < 1 << 63:

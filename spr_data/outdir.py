@@ -2,78 +2,186 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
-from spr_data.errors import OutputError
-from spr_data.fsio import TMP_SUFFIX, atomic_write_bytes, os_error_message
-from spr_data.manifest import MANIFEST_NAME
+from spr_data.card import CARD_NAME, is_card, write_card
+from spr_data.errors import DatasetError, OutputError
+from spr_data.fsio import TMP_SUFFIX, atomic_write_bytes, is_temp_of, os_error_message
+from spr_data.lock import LOCK_NAME, OutputLock, output_lock
+from spr_data.manifest import MANIFEST_NAME, Manifest, read_manifest, write_manifest
 
 __all__ = [
+    "CARD_NAME",
     "REJECTS_DIR",
     "WORK_DIR",
+    "OutputLock",
     "check_run",
+    "claim",
+    "claimed",
     "is_stage_output",
+    "output_lock",
     "prepare_output",
+    "publish",
     "remove_outputs",
 ]
 
-REJECTS_DIR = "rejects"
+#: Where the rejected rows of a dataset go. The leading ``_`` makes ``pyarrow.dataset`` and
+#: Hugging Face ``datasets`` skip it when they discover a directory's files (and the reject
+#: shards' own suffix keeps ``**/*.arrow`` globs off them, see ``writer.shard_name``). Datasets
+#: written before this read on: readers follow the manifest's ``rejects_dir`` (``rejects``).
+REJECTS_DIR = "_rejects"
 WORK_DIR = ".work"
-_OWNED = {REJECTS_DIR, MANIFEST_NAME, WORK_DIR, "report.json", "align_model.npz"}
+_OWNED = {REJECTS_DIR, MANIFEST_NAME, WORK_DIR, CARD_NAME, "report.json", "report.html",
+          "align_model.npz"}
+#: files a stage writes beside its manifest (the dataset card; clean's report and model)
+_EXTRA = (CARD_NAME, "report.json", "report.html", "align_model.npz")
+_OUTPUTS = "outputs"
 
 
 def is_stage_output(name: str) -> bool:
-    """Names that spr-data stages write into their output directory (and may clear)."""
+    """Names that spr-data stages write into their output directory (the kinds of file; what
+    a run may delete is only what it recorded in its work state, see :func:`claim`)."""
     return name in _OWNED or name.startswith("shard-") or name.endswith(TMP_SUFFIX)
 
 
-def prepare_output(out: Path, *, overwrite: bool, resume: bool = False) -> bool:
-    """Make ``out`` ready for a stage; return whether this call created it.
+def claim(out: Path, *names: str) -> None:
+    """Record in the run's work state that it is about to write ``names`` (paths relative to
+    ``out``; a trailing ``/`` names a directory it creates). Called before a file is created,
+    so a killed run's leftovers are known by name, and only those are ever removed."""
+    work = out / WORK_DIR
+    try:
+        work.mkdir(exist_ok=True)
+        with open(work / _OUTPUTS, "a", encoding="utf-8") as f:
+            f.write("".join(n + "\n" for n in names))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise OutputError(os_error_message(exc, work / _OUTPUTS)) from exc
 
-    An existing dataset is replaced only with ``overwrite`` (its manifest goes first, so it is
-    never half a dataset). Leftovers of an unfinished run are cleared — unless ``resume`` and
-    the run left a work directory: then they are what the run resumes from. A directory
-    holding anything else is refused.
+
+def claimed(out: Path) -> list[str]:
+    """What the run (or a killed run) working in ``out`` recorded that it writes."""
+    try:
+        text = (out / WORK_DIR / _OUTPUTS).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return []
+    names = []
+    for line in text.splitlines():
+        parts = Path(line.rstrip("/")).parts
+        if line and ".." not in parts and not Path(line).is_absolute():  # never outside out
+            names.append(line)
+    return list(dict.fromkeys(names))
+
+
+def _dataset_files(out: Path) -> list[str]:
+    """The files of the dataset in ``out`` as its manifests list them (the replaced dataset on
+    ``--overwrite``); a manifest that cannot be read is refused rather than guessed at."""
+    try:
+        manifest = read_manifest(out)
+    except DatasetError as exc:
+        raise OutputError(f"{out} holds a manifest that cannot be read, so which files are the "
+                          f"dataset's is unknown ({exc}); remove the directory yourself or "
+                          "choose another --out") from None
+    names = [MANIFEST_NAME, *_EXTRA, *(s.file for s in manifest.shards)]
+    if (out / CARD_NAME).exists() and not is_card(out / CARD_NAME):
+        names.remove(CARD_NAME)  # a README.md of the user's own, beside an older dataset
+    if manifest.rejects_dir and (out / manifest.rejects_dir / MANIFEST_NAME).is_file():
+        rejects = _dataset_files(out / manifest.rejects_dir)
+        names += [f"{manifest.rejects_dir}/{n}" for n in rejects] + [manifest.rejects_dir + "/"]
+    return names
+
+
+def _strangers(out: Path, owned: list[str]) -> list[str]:
+    """Entries of ``out`` (and of the directories spr-data owns in it) that no run wrote."""
+    files = {n for n in owned if not n.endswith("/")}
+    dirs = {n.rstrip("/") for n in owned if n.endswith("/")}
+    found = []
+
+    def walk(directory: Path, prefix: str) -> None:
+        for p in directory.iterdir():
+            rel = prefix + p.name
+            if rel in (LOCK_NAME, WORK_DIR) or rel in files:
+                continue
+            if rel in dirs and p.is_dir() and not p.is_symlink():
+                walk(p, rel + "/")
+                continue
+            if any(is_temp_of(p.name, Path(f).name) and str(Path(f).parent) == str(
+                    Path(rel).parent) for f in files):
+                continue
+            found.append(rel)
+
+    walk(out, "")
+    return sorted(found)
+
+
+def prepare_output(out: Path, *, overwrite: bool, resume: bool = False) -> bool:
+    """Make ``out`` ready for a stage (call it holding :func:`output_lock`); return whether it
+    was created (always False now: the lock creates the directory).
+
+    An existing dataset is replaced only with ``overwrite``, and then only the files its
+    manifests list (its manifest goes first, so it is never half a dataset). Leftovers of an
+    unfinished run are the files its work state recorded: cleared, unless ``resume`` and the
+    run is resumable. Anything else in ``out`` — a file spr-data did not write — is refused and
+    left alone: a run never deletes a file it did not write.
     """
     try:
         if out.exists() and not out.is_dir():
             raise OutputError(f"--out {out} is a file; choose a directory")
-        if (out / MANIFEST_NAME).exists() and not overwrite:
-            raise OutputError(f"{out} already holds a dataset; pass --overwrite to replace it")
-        if out.is_dir():
-            strangers = [p.name for p in out.iterdir() if not is_stage_output(p.name)]
-            if strangers:
-                raise OutputError(
-                    f"{out} is not empty and is not an spr-data dataset (it holds "
-                    f"{', '.join(sorted(strangers)[:3])}); choose a new or empty directory"
-                )
-            (out / MANIFEST_NAME).unlink(missing_ok=True)
-            if not (resume and not overwrite and (out / WORK_DIR).is_dir()):
-                remove_outputs(out, created=False)
-            return False
-        out.mkdir(parents=True)
-        return True
+        has_manifest = (out / MANIFEST_NAME).exists()
+        if has_manifest and not overwrite:
+            raise OutputError(f"{out} already holds a dataset; pass overwrite=True to replace it")
+        work = out / WORK_DIR
+        if work.exists() and not (work.is_dir() and (not any(work.iterdir()) or any(
+                (work / n).exists() for n in ("run.json", _OUTPUTS)))):
+            raise OutputError(f"{work} was not made by spr-data; move it away or choose "
+                              "another --out")
+        old = _dataset_files(out) if has_manifest else []
+        run_files = claimed(out)
+        strangers = _strangers(out, old + run_files) if out.is_dir() else []
+        if strangers:
+            raise OutputError(
+                f"{out} is not empty and is not an spr-data dataset (it holds "
+                f"{', '.join(strangers[:3])}, which spr-data did not write); choose a new or "
+                "empty directory, or move those files away")
+        if has_manifest:
+            (out / MANIFEST_NAME).unlink()
+            _remove(out, old)
+        if not (resume and not overwrite and (work / "run.json").is_file()):
+            remove_outputs(out)
+        return False
     except OSError as exc:
         raise OutputError(os_error_message(exc, out)) from exc
 
 
-def remove_outputs(out: Path, *, created: bool) -> None:
-    """Remove what stages wrote in ``out`` (all of ``out`` if this run created it)."""
-    if created:
-        shutil.rmtree(out, ignore_errors=True)
-        return
+def _remove(out: Path, names: list[str]) -> None:
+    """Remove these files of ``out`` (and the temp files made for them); then the listed
+    directories, deepest first, if that left them empty."""
+    for name in names:
+        if name.endswith("/"):
+            continue
+        path = out / name
+        path.unlink(missing_ok=True)
+        if path.parent.is_dir():
+            for p in path.parent.iterdir():
+                if is_temp_of(p.name, path.name):
+                    p.unlink(missing_ok=True)
+    for name in sorted((n for n in names if n.endswith("/")), key=len, reverse=True):
+        with contextlib.suppress(OSError):  # not empty: something in it is not ours
+            (out / name).rmdir()
+
+
+def remove_outputs(out: Path, *, created: bool = False) -> None:
+    """Remove what the run working in ``out`` recorded that it writes, and its work state.
+    (``created`` is kept for callers; the directory itself goes with the lock.)"""
     if not out.is_dir():
         return
-    for p in out.iterdir():
-        if not is_stage_output(p.name):
-            continue
-        if p.is_dir():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            p.unlink(missing_ok=True)
+    _remove(out, claimed(out))
+    shutil.rmtree(out / WORK_DIR, ignore_errors=True)
 
 
 def check_run(work: Path, identity: dict[str, Any], *, overwrite: bool) -> None:
@@ -87,7 +195,42 @@ def check_run(work: Path, identity: dict[str, Any], *, overwrite: bool) -> None:
             if found.get(key) != expected:
                 raise OutputError(
                     f"{work.parent} holds an unfinished run with another {key} (expected "
-                    f"{expected}, found {found.get(key)}); pass --overwrite to start over")
+                    f"{expected}, found {found.get(key)}); pass overwrite=True to start over")
         return
     work.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(run_file, json.dumps(identity, indent=2).encode())
+
+
+def _remove_dead_temps(out: Path) -> None:
+    """Remove the temp files of the run's outputs: at publish time no process renames them any
+    more. They are left by a worker killed mid-write whose task then ran again (a Ray retry,
+    a resumed run) and wrote the file under a new temp name."""
+    finals: dict[Path, set[str]] = {}
+    for name in claimed(out):
+        if not name.endswith("/"):
+            finals.setdefault((out / name).parent, set()).add(Path(name).name)
+    for directory, names in finals.items():
+        with contextlib.suppress(OSError):
+            for p in directory.iterdir():
+                final = p.name.rsplit(".", 2)[0]  # NAME.PID-RANDOM.tmp
+                if final in names and is_temp_of(p.name, final):
+                    p.unlink(missing_ok=True)
+
+
+def publish(out: Path, manifest: Manifest, *, rejects: Manifest | None = None) -> None:
+    """Publish a finished stage's dataset: the rejects' card and manifest (when ``rejects`` is
+    given, into ``out / manifest.rejects_dir``), then the dataset card and, last, the manifest
+    of ``out``. The cards are claimed first, like every file a run writes."""
+    rejects_dir = manifest.rejects_dir if rejects is not None else None
+    names = [CARD_NAME, MANIFEST_NAME]
+    if rejects_dir:
+        names = [rejects_dir + "/", f"{rejects_dir}/{CARD_NAME}", f"{rejects_dir}/{MANIFEST_NAME}",
+                 *names]
+    claim(out, *names)
+    _remove_dead_temps(out)
+    if rejects is not None and rejects_dir:
+        (out / rejects_dir).mkdir(exist_ok=True)
+        write_card(out / rejects_dir, rejects)
+        write_manifest(out / rejects_dir, rejects)
+    write_card(out, manifest, rejects)
+    write_manifest(out, manifest)

@@ -32,6 +32,7 @@ import random
 import re
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol, TypeVar
 
 from spr_data.errors import DatasetError, InputError, ReadError, SprDataError
+from spr_data.fsio import drop_cache
 
 __all__ = [
     "TRANSIENT_ERRNOS",
@@ -80,16 +82,21 @@ class TransientError(OSError):
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How hard to try: ``attempts`` in all, waits growing from ``base_delay`` ×2 per
-    attempt up to ``max_delay`` (with full jitter), never past ``deadline`` seconds."""
+    """How hard to try: by a deadline, not by a count. Waits grow from ``base_delay`` ×2 per
+    attempt up to ``max_delay`` (with jitter: between half and all of that), and a read is
+    given up when the next wait would pass ``deadline`` seconds after its first failure —
+    so the default rides out a NAS or share that is gone for a few minutes (a failover, a
+    reboot of the server) whatever the number of attempts that takes. ``attempts`` caps the
+    count as well, for callers that want to fail fast (None: no cap)."""
 
-    attempts: int = 8
+    attempts: int | None = None
     base_delay: float = 0.05
-    max_delay: float = 5.0
+    max_delay: float = 10.0
     deadline: float = 300.0
 
     def wait(self, attempt: int, rng: random.Random) -> float:
-        return rng.uniform(0, min(self.max_delay, self.base_delay * 2 ** (attempt - 1)))
+        cap = float(min(self.max_delay, self.base_delay * 2.0 ** min(attempt - 1, 60)))
+        return cap / 2 + rng.uniform(0, cap / 2)
 
 
 class FileSystem(Protocol):
@@ -126,6 +133,11 @@ class LocalFileSystem:
     def is_network(self, path: str) -> bool:
         return self.network if self.network is not None else is_network_path(path)
 
+    def drop_cache(self, path: str) -> None:
+        """Forget the file's cached pages, so that the next read fetches them again."""
+        with contextlib.suppress(OSError), open(path, "rb") as f:
+            drop_cache(f.fileno())
+
 
 def _mounts(table: str) -> list[tuple[str, str]]:
     out = []
@@ -151,7 +163,8 @@ def is_network_path(path: str | Path, mount_table: str | None = None) -> bool:
         inside = target == point or target.startswith(point.rstrip("/") + "/")
         if inside and len(point) >= len(best):
             best, fstype = point, kind
-    return fstype in NETWORK_FSTYPES or fstype.startswith("fuse.")
+    # a plain "fuse" mount (bindfs, rclone, gcsfuse…) may be a network one: treated as such
+    return fstype in NETWORK_FSTYPES or fstype == "fuse" or fstype.startswith("fuse.")
 
 
 class _HttpFile(io.RawIOBase):
@@ -188,7 +201,9 @@ class _HttpFile(io.RawIOBase):
                                      "the dataset with one that supports them (nginx, "
                                      "caddy, any object store)")
                 data = response.read(want)
+            _reached(self.url)
         except urllib.error.HTTPError as exc:
+            _reached(self.url)
             if exc.code == 416:  # the range starts at or past the end
                 return 0
             raise _http_error(self.url, exc.code) from exc
@@ -202,9 +217,22 @@ class _HttpFile(io.RawIOBase):
         return len(data)
 
 
+#: servers (``host:port``) this process has had an answer from: one that refuses connections
+#: afterwards is restarting (an outage to wait out), not a wrong address
+_REACHED: set[str] = set()
+
+
+def _reached(url: str) -> None:
+    _REACHED.add(urllib.parse.urlsplit(url).netloc)
+
+
 def _url_error(url: str, exc: urllib.error.URLError) -> OSError:
-    """A refused connection (no server listening) is not a blip: it fails at once."""
+    """A refused connection fails at once when the server was never reached (a wrong address,
+    nobody listening); from a server that answered before, it is an outage: retried."""
     if isinstance(exc.reason, ConnectionRefusedError):
+        if urllib.parse.urlsplit(url).netloc in _REACHED:
+            return TransientError(f"{url}: connection refused (the server answered before; "
+                                  "waiting for it to come back)")
         return OSError(errno.ECONNREFUSED, "connection refused (is the server up?)", url)
     return TransientError(f"{url}: {exc.reason}")
 
@@ -234,7 +262,9 @@ class HttpFileSystem:
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 length = response.headers.get("Content-Length")
+            _reached(path)
         except urllib.error.HTTPError as exc:
+            _reached(path)
             raise _http_error(path, exc.code) from exc
         except urllib.error.URLError as exc:
             raise _url_error(path, exc) from exc
@@ -419,16 +449,23 @@ class RetryingFile(io.RawIOBase):
                     if isinstance(exc, OSError) and not isinstance(exc, SprDataError):
                         raise ReadError(f"cannot read {self.path}: {_describe(exc)}") from exc
                     raise
-                out_of_time = time.monotonic() - started >= self.policy.deadline
-                if attempt >= self.policy.attempts or out_of_time:
+                waited = time.monotonic() - started
+                pause = self.policy.wait(attempt, self._rng)
+                out_of_time = waited + pause > self.policy.deadline
+                capped = self.policy.attempts is not None and attempt >= self.policy.attempts
+                if capped or out_of_time:
+                    why = (f"the deadline of {self.policy.deadline:.0f}s is reached"
+                           if out_of_time else "no attempts are left")
                     raise ReadError(
-                        f"cannot read {self.path} at byte {offset}: {attempt} attempts failed"
-                        f"{' (deadline reached)' if out_of_time else ''}; last error: "
-                        f"{_describe(exc)}") from exc
-                log.warning("%s at byte %d: %s; attempt %d/%d", self.path, offset,
-                            _describe(exc), attempt + 1, self.policy.attempts)
+                        f"cannot read {self.path} at byte {offset}: {attempt} attempts failed; "
+                        f"last error: {_describe(exc)} (retried for {waited:.0f}s; {why})"
+                    ) from exc
+                of = "" if self.policy.attempts is None else f"/{self.policy.attempts}"
+                log.warning("%s at byte %d: %s; attempt %d%s, waited %.1fs (giving up after "
+                            "%.0fs)", self.path, offset, _describe(exc), attempt + 1, of,
+                            waited, self.policy.deadline)
                 self.retries += 1
-                time.sleep(self.policy.wait(attempt, self._rng))
+                time.sleep(pause)
                 attempt += 1
 
     def _drop_handle(self) -> None:
@@ -493,6 +530,7 @@ def fetch_verified(fs: FileSystem, path: str, *, size: int, sha256: str | None,
     """Shard ``path`` in full, checked against its manifest hash (``"sha256:<hex>"``), read
     again on a mismatch (a flipped bit in transit); a mismatch that persists is reported with
     the shard's name. With ``sink``, the verified bytes are also written there."""
+    rng = random.Random()
     for attempt in range(1, rereads + 1):
         with RetryingFile(fs, path, size=size, policy=policy) as f:
             data, digest = _read_hashing(f, sha256 not in (None, ""))
@@ -500,8 +538,16 @@ def fetch_verified(fs: FileSystem, path: str, *, size: int, sha256: str | None,
             if sink is not None:
                 sink.write(data)
             return data
-        log.warning("%s: checksum mismatch; reading it again (%d/%d)", path, attempt + 1,
-                    rereads)
+        if attempt == rereads:
+            break
+        # a flipped bit in transit or in a cached page: wait, drop the cached pages, read again
+        pause = (policy or RetryPolicy()).wait(attempt + 2, rng)
+        log.warning("%s: checksum mismatch; reading it again from the source (attempt %d/%d, "
+                    "after %.2fs)", path, attempt + 1, rereads, pause)
+        time.sleep(pause)
+        drop = getattr(fs, "drop_cache", None)
+        if drop is not None:
+            drop(path)
     raise DatasetError(f"shard {path}: its bytes do not match the manifest's hash after "
                        f"{rereads} reads; the file is corrupt (run spr-data verify where it "
                        "lives, or restore it)")

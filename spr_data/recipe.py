@@ -112,6 +112,8 @@ class SideRules:
     reject_url_only: bool = True
     reject_html: bool = True
     reject_boilerplate: bool = True
+    #: UTF-8 read as cp1252 or Latin-1 ("Ã©", "â€™", "å¥½") and U+FFFD replacement characters
+    reject_mojibake: bool = True
 
 
 @dataclass(frozen=True)
@@ -120,11 +122,19 @@ class RulesConfig:
 
     src: SideRules = field(default_factory=SideRules)
     tgt: SideRules = field(default_factory=SideRules)
-    #: longer over shorter side, in length units (characters scaled per script), smoothed
+    #: longer over shorter side, in length units (characters, a CJK letter weighing as
+    #: several), beyond which a pair is always rejected
     max_length_ratio: float = _key(3.0, 1.0, low_open=True,
                                    why="longer over shorter side is at least 1")
-    #: added to both lengths, so that an empty side is no division by zero
-    length_ratio_smoothing: float = _key(8.0, 0.0, low_open=True)
+    #: added to both lengths, so that an empty side is no division by zero; small, so that
+    #: it does not hide a short side
+    length_ratio_smoothing: float = _key(1.0, 0.0, low_open=True)
+    #: reject a pair whose log length ratio lies this many spreads from the corpus' own
+    #: centre (both measured on each batch of rows: ``length_ratio_z``) …
+    length_ratio_z: float = _key(3.0, 0.0, low_open=True)
+    #: … and whose ratio, relative to that centre, is above this (a side at least half as
+    #: long as the other predicts is never a length mismatch)
+    length_ratio_floor: float = _key(2.0, 1.0, why="a ratio relative to the centre, ≥ 1")
     reject_copied: bool = True
     numbers_must_match: bool = True
 
@@ -139,6 +149,10 @@ class LangIdConfig:
     max_expected_p: float = _key(0.05, 0.0, 1.0, why=_PROBABILITY)
     #: shorter segments are judged by their script instead (fastText guesses on them)
     min_chars: int = _key(20, 0)
+    #: decide by script evidence where it is reliable, at any length: kana on a Chinese side
+    #: is Japanese, Hangul is Korean, 嘅/咗/佢 are Cantonese; a Japanese side without kana
+    #: that fastText calls Chinese is Chinese
+    script_evidence: bool = True
     #: labels that count as the dataset's language, e.g. zh = ["zh", "wuu", "yue"]
     aliases: dict[str, list[str]] = field(default_factory=dict)
 
@@ -154,14 +168,29 @@ class DedupConfig:
 
 @dataclass(frozen=True)
 class AlignConfig:
-    """Lexical alignment score (IBM Model 1 in both directions) and its threshold."""
+    """Lexical alignment score (IBM Model 1 in both directions) and its threshold.
 
-    #: reject below this score; when unset, ``quantile`` picks it from the training pairs
+    By default the threshold is *calibrated* on negatives made from the corpus itself (its
+    pairs re-paired, shifted by one, truncated): see :mod:`spr_data.qa.align`.
+    """
+
+    #: reject below this score (a fixed align_score) instead of the calibrated threshold
     min_score: float | None = _key(None, high=0.0,
                                    why="an align_score is at most about 0: every token "
                                        "certainly linked")
-    quantile: float = _key(0.02, 0.0, 1.0, high_open=True,
-                           why="1 would reject every pair but the best")
+    #: the old rule, only when asked: reject this share of the training pairs' scores (it
+    #: removes that share whatever the corpus holds; the report warns)
+    quantile: float | None = _key(None, 0.0, 1.0, high_open=True,
+                                  why="1 would reject every pair but the best")
+    #: calibrated threshold: the share of the re-paired negatives it should reject …
+    negative_recall: float = _key(0.98, 0.5, 1.0, high_open=True, why=_SHARE)
+    #: … unless that would reject more than this estimated share of the real pairs
+    max_real_reject: float = _key(0.02, 0.0, 1.0, low_open=True, why=_SHARE)
+    #: … and only where a pair's p_translation is below this (a corpus without junk, or one
+    #: cleaned already, then loses next to nothing)
+    min_p_translation: float = _key(0.8, 0.0, 1.0, low_open=True, why=_PROBABILITY)
+    #: synthetic negatives of each kind, as a share of the training pairs
+    negatives_share: float = _key(0.02, 0.0, 1.0, low_open=True, why=_SHARE)
     iterations: int = _key(5, 1, why="rounds of EM; 0 leaves the model untrained")
     max_train_pairs: int = _key(300_000, 1)
     seed: int = _key(0, 0)
@@ -180,6 +209,9 @@ class Recipe:
     langid: LangIdConfig = field(default_factory=LangIdConfig)
     dedup: DedupConfig = field(default_factory=DedupConfig)
     align: AlignConfig = field(default_factory=AlignConfig)
+    #: ``clean`` refuses to publish when one reason rejects more than this share of the rows
+    #: (a language-code typo rejects nearly all as wrong_lang); ``allow_heavy_loss`` accepts
+    max_reason_share: float = _key(0.5, 0.0, 1.0, low_open=True, why=_SHARE)
 
     def __post_init__(self) -> None:
         """Refuse an impossible recipe however it was made (a file, or code calling clean)."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,10 @@ from spr_data.manifest import Manifest, ShardInfo
 from spr_data.reader import ReaderOptions, fetch_verified, filesystem_for
 from spr_data.schema import ID, REASON
 
-__all__ = ["VerifyReport", "check_shard_hash", "verify_dataset"]
+#: how long verify waits before it re-reads a shard whose hash did not match (uncached)
+_REREAD_PAUSE = 0.2
+
+__all__ = ["VerifyReport", "check_shard_hash", "check_shards", "verify_dataset"]
 
 
 @dataclass
@@ -48,6 +52,40 @@ class VerifyReport:
                 "rejects": self.rejects.to_json() if self.rejects else None}
 
 
+def check_shards(paths: Sequence[Path], manifest: Manifest) -> None:
+    """Cross-check the manifest against each shard's own metadata (its IPC footer: rows and
+    schema) and size, before a stage plans or allocates anything by the manifest's numbers.
+    Reads only the footers (memory-mapped), so it costs milliseconds per shard."""
+    for path, info in zip(paths, manifest.shards, strict=True):
+        try:
+            if not path.is_file():
+                raise DatasetError(f"shard {path} is not a file; run spr-data verify")
+            size = path.stat().st_size
+            if size != info.bytes:
+                raise DatasetError(f"shard {path} is {size:,} bytes, its manifest says "
+                                   f"{info.bytes:,}; run spr-data verify")
+            with pa.memory_map(str(path), "r") as source:
+                reader = pa.ipc.open_file(source)
+                schema = reader.schema
+                rows = sum(reader.get_batch(i).num_rows
+                           for i in range(reader.num_record_batches))
+        except (OSError, pa.ArrowException) as exc:
+            raise DatasetError(f"cannot read shard {path}: {exc}; run spr-data verify"
+                               ) from exc
+        if not schema.equals(manifest.schema):
+            raise DatasetError(f"shard {path} has columns {', '.join(schema.names)} "
+                               f"({_types(schema)}), its manifest says "
+                               f"{', '.join(manifest.schema.names)} ({_types(manifest.schema)});"
+                               " it is not this dataset's shard: run spr-data verify")
+        if rows != info.rows:
+            raise DatasetError(f"shard {path} holds {rows:,} rows, its manifest says "
+                               f"{info.rows:,}; run spr-data verify")
+
+
+def _types(schema: pa.Schema) -> str:
+    return ", ".join(str(f.type) for f in schema)[:200]
+
+
 def check_shard_hash(path: str | Path, expected: str) -> None:
     """Raise unless the shard file's bytes hash to ``expected`` (its manifest hash): a stage
     that reads a corrupt shard fails instead of passing the corruption on."""
@@ -68,7 +106,14 @@ def verify_dataset(
     """
     ds = open_dataset(str(path), reader=reader)
     root, manifest = ds.path, ds.manifest
-    seen = _SeenIds(manifest.id_bound, manifest.rows_in)
+    present = manifest.rows  # counts bounded by the shards' sizes, unlike rows_in/id_bound
+    try:
+        rejects_ds = ds.rejects
+    except DatasetError:
+        rejects_ds = None
+    if rejects_ds is not None:
+        present += rejects_ds.manifest.rows
+    seen = _SeenIds(manifest.id_bound, present)
     report = _verify_one(ds, seen, on_shard)
     if manifest.rejects_dir:
         rejects_path = root / manifest.rejects_dir
@@ -159,6 +204,9 @@ def _verify_one(ds: Dataset, seen: _SeenIds,
                 report.problems.append(f"{where} {size} bytes, manifest says {shard.bytes}")
                 continue
             digest = sha256_file(path)
+            if digest != shard.hash:  # read it again from the disk before calling it corrupt
+                time.sleep(_REREAD_PAUSE)
+                digest = sha256_file(path, uncached=True)
             if digest != shard.hash:
                 report.problems.append(f"{where} content hash {digest} differs from the "
                                        f"manifest's {shard.hash} (the file changed or is "

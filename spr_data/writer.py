@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -11,20 +12,27 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spr_data.errors import OutputError
-from spr_data.fsio import TMP_SUFFIX, fsync_dir, os_error_message, sha256_file
+from spr_data.fsio import fsync_dir, os_error_message, sha256_file, temp_path
 from spr_data.manifest import ShardInfo
 from spr_data.schema import ID
 
-__all__ = ["DEFAULT_SHARD_BYTES", "MAX_SHARD_BYTES", "ShardWriter", "shard_name",
-           "write_shard_file"]
+__all__ = ["DEFAULT_SHARD_BYTES", "MAX_SHARD_BYTES", "REJECTS_SHARD_SUFFIX", "ShardWriter",
+           "shard_name", "write_shard_file"]
 
 DEFAULT_SHARD_BYTES = 256 << 20
 #: Arrow ``string`` columns address at most 2 GiB; keep every shard well under that.
 MAX_SHARD_BYTES = 1 << 30
 
 
-def shard_name(index: int) -> str:
-    return f"shard-{index:05d}.arrow"
+#: Reject shards end in another suffix than ``.arrow``, so that a ``DIR/**/*.arrow`` glob
+#: (polars, and the like) reads only the kept rows; ``.arrow`` stays inside the name, which is
+#: what Hugging Face ``datasets`` looks for to pick its Arrow reader.
+REJECTS_SHARD_SUFFIX = ".arrow.rejects"
+
+
+def shard_name(index: int, *, rejects: bool = False) -> str:
+    """``shard-NNNNN.arrow``, or ``shard-NNNNN.arrow.rejects`` for a shard of rejected rows."""
+    return f"shard-{index:05d}" + (REJECTS_SHARD_SUFFIX if rejects else ".arrow")
 
 
 class ShardWriter:
@@ -45,7 +53,12 @@ class ShardWriter:
         *,
         shard_rows: int | None = None,
         shard_bytes: int | None = DEFAULT_SHARD_BYTES,
+        claim: Callable[[Path], None] | None = None,
+        rejects: bool = False,
     ) -> None:
+        """``claim(path)`` is called before each shard file is created (the run records what
+        it writes, so that only that is ever removed); ``rejects`` names the shards as reject
+        shards (see :func:`shard_name`)."""
         if shard_rows is not None and shard_rows < 1:
             raise ValueError(f"shard_rows must be at least 1, got {shard_rows}")
         if shard_bytes is not None and shard_bytes < 1:
@@ -60,6 +73,8 @@ class ShardWriter:
         self._pending_bytes = 0
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spr-data-shard")
         self._in_flight: Future[ShardInfo] | None = None
+        self._claim = claim
+        self._rejects = rejects
 
     def write(self, batch: pa.RecordBatch) -> None:
         """Append rows; full shards are written as they fill."""
@@ -111,7 +126,9 @@ class ShardWriter:
         table = pa.Table.from_batches(self._pending, self.schema).combine_chunks()
         batch = table.to_batches()[0]  # one batch: combine_chunks left one chunk per column
         self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
-        name = shard_name(len(self.shards))
+        name = shard_name(len(self.shards), rejects=self._rejects)
+        if self._claim is not None:
+            self._claim(self.directory / name)
         self._in_flight = self._pool.submit(self._write_shard, name, batch)
 
     def _wait(self) -> None:
@@ -130,7 +147,7 @@ def write_shard_file(path: Path, batch: pa.RecordBatch, *, digest: bool = True) 
     The one place shard files are written (``ShardWriter`` and the clean stage use it).
     ``digest=False`` skips the hash, for work files that no manifest lists.
     """
-    tmp = path.with_name(path.name + TMP_SUFFIX)
+    tmp = temp_path(path)
     try:
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as out:
             out.write_batch(batch)

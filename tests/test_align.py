@@ -219,7 +219,7 @@ def reference_scores(model: LexicalAligner, src: pa.Array, tgt: pa.Array) -> lis
         fwd = sum(math.log(max(link.get((e, f), 0.0) for e in es) + o.floor) for f in fs)
         bwd = sum(math.log(max(link.get((e, f), 0.0) for f in fs) + o.floor) for e in es)
         gap = abs(math.log((len(es) + 1) / (len(fs) + 1)) - model.length_log_ratio)
-        out.append((fwd / len(fs) + bwd / len(es)) / 2 - o.length_weight * gap)
+        out.append(min(fwd / len(fs), bwd / len(es)) - o.length_weight * gap)
     return out
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from spr_data import IdsRecorder, audit_dataset, ingest, open_dataset
+from spr_data.outdir import REJECTS_DIR
 from spr_data.pipeline.clean import clean
 from tests.conftest import run_cli
 
@@ -164,7 +165,7 @@ def test_audit_refuses_a_rejects_dataset_and_reports_a_missing_shard(corpora: Pa
 
     onmt = corpora / "parallel/opennmt_wmt_en-de.train"
     ingest([f"{onmt}.en.gz", f"{onmt}.de.gz"], tmp_path / "ds", shard_rows=3000)
-    rejects = run_cli("audit", tmp_path / "ds/rejects")
+    rejects = run_cli("audit", tmp_path / "ds" / REJECTS_DIR)
     assert rejects.exit_code == 2 and "audit its parent" in rejects.stderr
     shutil.copytree(tmp_path / "ds", tmp_path / "broken")
     (tmp_path / "broken/shard-00001.arrow").unlink()

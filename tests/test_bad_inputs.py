@@ -17,6 +17,7 @@ import pytest
 import zstandard
 
 from spr_data import OutputError, ingest, open_dataset, verify_dataset
+from spr_data.outdir import REJECTS_DIR
 from tests.conftest import run_cli
 
 
@@ -26,7 +27,7 @@ def write(path: Path, data: bytes) -> Path:
 
 
 def rejects_of(ds: Path) -> list[dict]:
-    rej = open_dataset(ds / "rejects")
+    rej = open_dataset(ds / REJECTS_DIR)
     return rej.take(range(len(rej))).to_pylist()
 
 
@@ -347,16 +348,18 @@ def test_a_directory_with_other_files_is_refused(tmp_path: Path):
     assert (tmp_path / "ds/notes.txt").read_bytes() == b"mine"
 
 
-def test_leftovers_of_a_killed_run_are_cleared(tmp_path: Path):
+def test_files_that_only_look_like_leftovers_are_kept(tmp_path: Path):
+    """Leftovers are cleared only when the killed run's work state lists them (see
+    test_reliability); a file that merely has a shard-like name is the user's, and stays."""
     out = tmp_path / "ds"
-    (out / "rejects").mkdir(parents=True)
+    out.mkdir()
     write(out / "shard-00000.arrow.tmp", b"partial")
     write(out / "shard-00007.arrow", b"stale")
     src = write(tmp_path / "c.tsv", b"a\tb\n")
-    ingest([src], out)
-    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "rejects",
-                                                     "shard-00000.arrow"]
-    assert verify_dataset(out).ok
+    with pytest.raises(OutputError, match="spr-data did not write"):
+        ingest([src], out)
+    assert sorted(p.name for p in out.iterdir()) == ["shard-00000.arrow.tmp",
+                                                     "shard-00007.arrow"]
 
 
 # --- malformed datasets ---------------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 
 import spr_data.pipeline.clean as clean_module
 from spr_data import InputError, OutputError, ingest, open_dataset, verify_dataset
+from spr_data.outdir import REJECTS_DIR
 from spr_data.pipeline.clean import clean
 from tests.conftest import run_cli
 
@@ -47,7 +48,7 @@ def all_ids(path: Path) -> np.ndarray:
 def test_every_row_is_kept_or_rejected_exactly_once(multi30k: Path, tmp_path: Path):
     report = clean(multi30k, tmp_path / "out", recipe=recipe_file(tmp_path, NO_ALIGN),
                    workers=1)
-    kept, rejected = all_ids(tmp_path / "out"), all_ids(tmp_path / "out/rejects")
+    kept, rejected = all_ids(tmp_path / "out"), all_ids(tmp_path / "out" / REJECTS_DIR)
     assert len(kept) + len(rejected) == report.rows_in == len(open_dataset(multi30k))
     assert np.array_equal(np.sort(np.concatenate([kept, rejected])), np.sort(all_ids(multi30k)))
     assert verify_dataset(tmp_path / "out").ok
@@ -55,7 +56,7 @@ def test_every_row_is_kept_or_rejected_exactly_once(multi30k: Path, tmp_path: Pa
     assert data["rows_in"] == data["rows_kept"] + data["rows_rejected"]
     assert sum(data["by_reason"].values()) == data["rows_rejected"]
     assert data["stages"][-1]["rows_out"] == data["rows_kept"]
-    rejects = open_dataset(tmp_path / "out/rejects")
+    rejects = open_dataset(tmp_path / "out" / REJECTS_DIR)
     assert {"reason", "reasons", "stage"} <= set(rejects.schema.names)
     by_src = {r["src"]: r for r in rejects.take(range(len(rejects))).to_pylist()}
     assert by_src["Two dogs play in the snow."]["reason"] == "copied_source"
@@ -67,7 +68,7 @@ def test_output_is_identical_for_any_number_of_workers(multi30k: Path, tmp_path:
     recipe = recipe_file(tmp_path, NO_ALIGN)
     clean(multi30k, tmp_path / "one", recipe=recipe, workers=1)
     clean(multi30k, tmp_path / "two", recipe=recipe, workers=2)
-    for sub in ("", "rejects/"):
+    for sub in ("", REJECTS_DIR):
         one = json.loads((tmp_path / "one" / sub / "manifest.json").read_text())
         two = json.loads((tmp_path / "two" / sub / "manifest.json").read_text())
         assert one["shards"] == two["shards"]  # same files, rows and sha256
@@ -135,7 +136,7 @@ def test_quarantine_rejects_exactly_the_listed_rows(multi30k: Path, tmp_path: Pa
     report = clean(multi30k, tmp_path / "out", recipe=recipe_file(tmp_path, NO_ALIGN),
                    workers=1, quarantine=quarantine)
     assert report.quarantine_not_found == 2
-    rejects = open_dataset(tmp_path / "out/rejects")
+    rejects = open_dataset(tmp_path / "out" / REJECTS_DIR)
     rows = rejects.take(range(len(rejects))).to_pylist()
     assert sorted(r["id"] for r in rows if r["reason"] == "quarantined") == [3, 5, 17, 99, 28000]
     assert all(r["stage"] == "quarantine" for r in rows if r["reason"] == "quarantined")
@@ -157,7 +158,7 @@ def test_damaged_work_files_are_redone_on_resume(multi30k: Path, tmp_path: Path,
     kept.write_bytes(kept.read_bytes()[:-100])
     report = clean(multi30k, tmp_path / "killed", recipe=recipe, workers=1)
     assert report.resumed_shards == 2
-    for sub in ("", "rejects/"):
+    for sub in ("", REJECTS_DIR):
         whole = json.loads((tmp_path / "whole" / sub / "manifest.json").read_text())["shards"]
         resumed = json.loads((tmp_path / "killed" / sub / "manifest.json").read_text())["shards"]
         assert whole == resumed
@@ -165,8 +166,9 @@ def test_damaged_work_files_are_redone_on_resume(multi30k: Path, tmp_path: Path,
 
 
 def test_a_dataset_without_rows_is_a_clear_error(tmp_path: Path):
-    (tmp_path / "e.en").write_text("x\n")
-    (tmp_path / "e.de").write_text("\n")
+    # empty inputs make an empty dataset (inputs whose every record is rejected are refused)
+    (tmp_path / "e.en").write_text("")
+    (tmp_path / "e.de").write_text("")
     ingest([tmp_path / "e.en", tmp_path / "e.de"], tmp_path / "empty")
     result = run_cli("clean", tmp_path / "empty", "--out", tmp_path / "out")
     assert result.exit_code == 2 and "has no rows to clean" in result.stderr
@@ -224,7 +226,7 @@ def test_clean_refuses_a_rejects_dataset_and_its_own_input(multi30k: Path, tmp_p
     from spr_data import DatasetError
 
     with pytest.raises(DatasetError, match="rejects dataset"):
-        clean(multi30k / "rejects", tmp_path / "out")
+        clean(multi30k / REJECTS_DIR, tmp_path / "out")
     with pytest.raises(InputError, match="differ"):
         clean(multi30k, multi30k)
 
@@ -255,7 +257,7 @@ def test_kill_9_mid_run_then_resume_gives_the_same_bytes(multi30k: Path, tmp_pat
     assert not (out / "manifest.json").exists()
     report = clean(multi30k, out, recipe=recipe, workers=1)
     assert report.resumed_shards >= 2
-    for sub in ("", "rejects/"):
+    for sub in ("", REJECTS_DIR):
         whole = json.loads((tmp_path / "whole" / sub / "manifest.json").read_text())["shards"]
         resumed = json.loads((out / sub / "manifest.json").read_text())["shards"]
         assert whole == resumed

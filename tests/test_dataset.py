@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from spr_data import DatasetError, ingest, open_dataset
+from spr_data.outdir import REJECTS_DIR
 
 
 def make_corpus(tmp_path: Path, n: int = 5000) -> tuple[Path, list[tuple[str, str]]]:
@@ -127,7 +128,7 @@ def test_manifest_holds_the_contract_keys(sharded):
     assert set(m["shards"][0]) >= {"file", "rows", "bytes", "hash", "first_id"}
     assert m["lineage"]["inputs"][0]["files"][0]["sha256"]
     assert m["lineage"]["stage"] == "ingest"
-    rejects = open_dataset(path / "rejects")
+    rejects = open_dataset(path / REJECTS_DIR)
     assert "reason" in rejects.schema.names
 
 

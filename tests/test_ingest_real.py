@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from spr_data import ingest, open_dataset, verify_dataset
+from spr_data.outdir import REJECTS_DIR
 
 
 def all_rows(ds_path: Path) -> list[dict]:
@@ -38,7 +39,7 @@ def test_tatoeba_cmn_tsv_bom_attribution_and_trailing_blank_line(corpora: Path, 
     assert rows[0]["src"] == "Hi."  # the BOM is gone, not glued to the first word
     assert rows[0]["tgt"] == "嗨。"
     assert not any("CC-BY" in r["src"] or "CC-BY" in r["tgt"] for r in rows)
-    reject = open_dataset(tmp_path / "ds/rejects")[0]
+    reject = open_dataset(tmp_path / "ds" / REJECTS_DIR)[0]
     assert reject["origin"]["line"] == 29156 and reject["raw"] == b""
     # every row is exactly columns 0 and 1 of its line in the file
     lines = gz_lines(src)
@@ -62,7 +63,7 @@ def test_opennmt_moses_pair_keeps_alignment_and_rejects_the_empty_side(
     for r in rows:
         line = r["origin"]["line"]
         assert (r["src"], r["tgt"]) == (en_lines[line - 1], de_lines[line - 1])
-    reject = open_dataset(tmp_path / "ds/rejects")[0]
+    reject = open_dataset(tmp_path / "ds" / REJECTS_DIR)[0]
     assert reject["origin"]["line"] == 5 and reject["reason"] == "empty_field"
     assert reject["raw"] == b"\n" + de_lines[4].encode()
     assert de_lines[4].startswith("Der Name dieser Seite")

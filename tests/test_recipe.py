@@ -73,6 +73,9 @@ def refusal(tmp_path: Path, text: str, langs: tuple[str, ...] = ("en", "de")) ->
     ("[rules]\nmax_char_run = 0\n", "rules.max_char_run", "≥ 1"),
     ("[rules]\nmax_word_run = 0\n", "rules.max_word_run", "≥ 1"),
     ("[langid]\nmin_chars = -5\n", "langid.min_chars", "≥ 0"),
+    # the length-ratio band: spreads from the centre, and a ratio relative to it
+    ("[rules]\nlength_ratio_z = 0\n", "rules.length_ratio_z", "> 0"),
+    ("[rules]\nlength_ratio_floor = 0.5\n", "rules.length_ratio_floor", "≥ 1"),
     ("[dedup]\nmax_targets_per_source = -1\n", "dedup.max_targets_per_source", "≥ 0"),
     ("[align]\niterations = 0\n", "align.iterations", "≥ 1"),
     ("[align]\nmax_train_pairs = 0\n", "align.max_train_pairs", "≥ 1"),
@@ -110,6 +113,8 @@ def test_min_score_alone_overrides_the_default_quantile(tmp_path: Path):
     "[rules]\nmin_chars = 0\nmin_words = 0\n",
     "[rules]\nmin_chars = 7\nmax_chars = 7\nmin_words = 2\nmax_words = 2\n",
     "[rules]\nmax_length_ratio = 1.01\nlength_ratio_smoothing = 0.5\n",
+    "[rules]\nlength_ratio_z = 0.1\nlength_ratio_floor = 1\nreject_mojibake = false\n",
+    "[langid]\nscript_evidence = false\n",
     "[rules]\nmax_char_run = 1\nmax_word_run = 1\n",
     "[langid]\nmin_confidence = 0\nmax_expected_p = 1\nmin_chars = 0\n",
     "[dedup]\nmax_targets_per_source = 0\n",

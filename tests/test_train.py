@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
+from spr_data.outdir import REJECTS_DIR  # noqa: E402
 from spr_data.train import (  # noqa: E402
     FiniteStepGuard,
     GradientFlowError,
@@ -199,8 +200,8 @@ def test_the_guards_quarantine_flows_back_into_clean(corpora: Path, tmp_path: Pa
     result = run_cli("clean", tmp_path / "ds", "--out", tmp_path / "clean", "--quarantine",
                      tmp_path / "q.jsonl", "--workers", "1", "--quiet")
     assert result.exit_code == 0, result.stderr
-    rejects = open_dataset(tmp_path / "clean/rejects").take(range(len(
-        open_dataset(tmp_path / "clean/rejects")))).to_pylist()
+    rejects = open_dataset(tmp_path / "clean" / REJECTS_DIR).take(range(len(
+        open_dataset(tmp_path / "clean" / REJECTS_DIR)))).to_pylist()
     quarantined = sorted(r["id"] for r in rejects if r["reason"] == "quarantined")
     assert quarantined == sorted(batch["ids"].tolist())
     kept = open_dataset(tmp_path / "clean")

@@ -1,18 +1,47 @@
 """Executors run per-shard tasks; stages never parallelize themselves.
 
-``LocalExecutor`` uses processes on this machine (or none, with one worker). A distributed
-executor (Ray) implements the same ``map`` for corpora that outgrow one machine.
+``LocalExecutor`` uses processes on this machine (or none, with one worker);
+``spr_data.pipeline.ray_executor.RayExecutor`` implements the same ``map`` on Ray, for corpora
+that outgrow one machine.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import signal
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import AbstractContextManager, nullcontext
 from typing import Protocol, TypeVar
 
-__all__ = ["Executor", "LocalExecutor", "default_workers"]
+from spr_data.errors import InputError
+
+__all__ = ["Executor", "LocalExecutor", "default_workers", "die_with_parent", "executor_for"]
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> None:
+    """Worker initializer: die when the parent dies, whatever kills it (the OOM killer,
+    ``kill -9``, an eviction), and leave Ctrl-C to the parent.
+
+    On Linux the kernel sends SIGKILL to the worker when its parent exits (``prctl``
+    ``PR_SET_PDEATHSIG``); a parent that died before that was set is caught by ``getppid``.
+    Workers ignore SIGINT: the terminal sends it to the whole process group, and the parent,
+    which stops them, is the one that reports it (one line, no worker tracebacks).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # pragma: no cover - no prctl: the check below
+            pass
+    if os.getppid() != parent:  # the parent is already gone
+        os._exit(1)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -27,10 +56,31 @@ def default_workers() -> int:
 
 
 class Executor(Protocol):
-    """Runs ``fn`` over tasks and yields ``(task index, result)`` as each finishes."""
+    """Runs ``fn`` over tasks and yields ``(task index, result)`` as each finishes.
+
+    ``fn`` is a module-level function and each task a picklable value: both travel to other
+    processes (``LocalExecutor``) or machines (``RayExecutor``). ``workers`` is how many tasks
+    run at once (recorded in reports).
+    """
+
+    @property
+    def workers(self) -> int:
+        ...
 
     def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[tuple[int, R]]:
         ...
+
+
+def executor_for(executor: Executor | None,
+                 workers: int | None) -> AbstractContextManager[Executor]:
+    """What a command runs its tasks on: the caller's ``executor`` (left open: the caller owns
+    it), or local processes for this run alone."""
+    if executor is None:
+        return LocalExecutor(workers)
+    if workers is not None:
+        raise InputError("pass workers to the executor, not beside it "
+                         "(RayExecutor(workers=N), LocalExecutor(N))")
+    return nullcontext(executor)
 
 
 class LocalExecutor:
@@ -48,10 +98,13 @@ class LocalExecutor:
     def __enter__(self) -> LocalExecutor:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if self._pool is None:
+            return
+        pool, self._pool = self._pool, None
+        if exc_type is not None:  # interrupted or failed: stop the workers now, do not wait
+            _stop_workers(pool)
+        pool.shutdown(wait=True, cancel_futures=True)
 
     def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[tuple[int, R]]:
         if self.workers == 1 or len(tasks) <= 1:
@@ -60,7 +113,9 @@ class LocalExecutor:
             return
         if self._pool is None:
             self._pool = ProcessPoolExecutor(max_workers=self.workers,
-                                             mp_context=multiprocessing.get_context("spawn"))
+                                             mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=die_with_parent,
+                                             initargs=(os.getpid(),))
         pool = self._pool
         pending: dict[Future[R], int] = {}
         queue = iter(enumerate(tasks))
@@ -81,3 +136,16 @@ class LocalExecutor:
             for future in pending:
                 future.cancel()
             raise
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Terminate a pool's worker processes (the pool keeps them in ``_processes``; there is
+    no public way), so that a failed or interrupted run does not wait for tasks in flight."""
+    processes = dict(getattr(pool, "_processes", None) or {})
+    for process in processes.values():
+        if process.is_alive():
+            process.terminate()
+    for process in processes.values():
+        process.join(timeout=5)
+        if process.is_alive():  # pragma: no cover - ignored SIGTERM
+            process.kill()

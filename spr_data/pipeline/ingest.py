@@ -6,6 +6,7 @@ Every input record gets the next id, in input order, and becomes either a row or
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -18,13 +19,23 @@ import numpy as np
 import pyarrow as pa
 
 from spr_data._version import __version__
-from spr_data.errors import InputError, OutputError
+from spr_data.errors import DataLossError, InputError, OutputError
 from spr_data.fsio import os_error_message
-from spr_data.manifest import Manifest, write_manifest
-from spr_data.outdir import REJECTS_DIR, prepare_output, remove_outputs
+from spr_data.manifest import MANIFEST_NAME, Manifest
+from spr_data.outdir import (
+    REJECTS_DIR,
+    WORK_DIR,
+    claim,
+    output_lock,
+    prepare_output,
+    publish,
+    remove_outputs,
+)
 from spr_data.pipeline.sources import (
     REJECT_REASONS,
     RecordChunk,
+    Source,
+    SourcePlan,
     is_utf8_name,
     path_text,
     plan_sources,
@@ -100,18 +111,44 @@ def ingest(
         if on_progress is not None:
             on_progress(done, total_bytes)
 
-    created_out = prepare_output(out, overwrite=overwrite)
+    with output_lock(out, command="ingest") as _lock:
+        prepare_output(out, overwrite=overwrite)
+        manifest, lineage, counts, next_id = _write_dataset(
+            plan, out, format, columns, keys, shard_rows, shard_bytes, advance)
+    inputs_lineage: list[dict[str, Any]] = lineage["inputs"]  # type: ignore[assignment]
+    return IngestSummary(
+        out=out, kind=plan.kind, langs=plan.langs, records=next_id, rows=manifest.rows,
+        rejects=counts, shards=len(manifest.shards), bytes=manifest.bytes,
+        input_bytes=total_bytes, seconds=time.perf_counter() - started,
+        inputs=inputs_lineage)
+
+
+def _write_dataset(plan: SourcePlan, out: Path, format: str | None, columns: Sequence[str] | None,
+                   keys: Sequence[str] | None, shard_rows: int | None, shard_bytes: int | None,
+                   advance: Callable[[int], None],
+                   ) -> tuple[Manifest, dict[str, Any], dict[str, int], int]:
+    """Write the shards and manifests into ``out`` (locked and prepared); on any error remove
+    exactly the files this run wrote, as its work state recorded them."""
+    def claim_file(path: Path) -> None:
+        claim(out, path.relative_to(out).as_posix())
+
     schema = rows_schema(plan.kind)
-    rows = ShardWriter(out, schema, shard_rows=shard_rows, shard_bytes=shard_bytes)
+    rows = ShardWriter(out, schema, shard_rows=shard_rows, shard_bytes=shard_bytes,
+                       claim=claim_file)
     rejects = ShardWriter(out / REJECTS_DIR, ingest_rejects_schema(),
-                          shard_rows=shard_rows, shard_bytes=shard_bytes)
+                          shard_rows=shard_rows, shard_bytes=shard_bytes, claim=claim_file,
+                          rejects=True)
     reject_counts: Counter[str] = Counter()
     next_id = 0
     try:
+        claim(out, REJECTS_DIR + "/", f"{REJECTS_DIR}/{MANIFEST_NAME}", MANIFEST_NAME)
         for input_index, source in enumerate(plan.sources):
+            tally = _Tally()
             for chunk in source.chunks(advance):
                 _write_chunk(chunk, input_index, next_id, schema, rows, rejects, reject_counts)
+                tally.add(chunk)
                 next_id += len(chunk)
+            tally.check(source)
         lineage = {
             "stage": "ingest",
             "tool": "spr-data",
@@ -124,30 +161,69 @@ def ingest(
             "inputs": [s.lineage() for s in plan.sources],
         }
         counts = dict(sorted(reject_counts.items()))
-        rejects_dir = out / REJECTS_DIR
-        rejects_dir.mkdir(exist_ok=True)
-        write_manifest(rejects_dir, Manifest(
+        rejected = Manifest(
             kind=plan.kind, role="rejects", langs=plan.langs, schema=rejects.schema,
             shards=rejects.close(), rows_in=next_id, id_bound=next_id, rejects=counts,
-            lineage=lineage))
+            lineage=lineage)
         manifest = Manifest(
             kind=plan.kind, role="rows", langs=plan.langs, schema=schema, shards=rows.close(),
             rows_in=next_id, id_bound=next_id, rejects=counts, rejects_dir=REJECTS_DIR,
             lineage=lineage)
-        write_manifest(out, manifest)
+        publish(out, manifest, rejects=rejected)
+        shutil.rmtree(out / WORK_DIR, ignore_errors=True)
     except BaseException as exc:
         rows.abort()
         rejects.abort()
-        remove_outputs(out, created=created_out)
+        remove_outputs(out)
         if isinstance(exc, OSError):
             raise OutputError(os_error_message(exc, out)) from exc
         raise
-    inputs_lineage: list[dict[str, Any]] = lineage["inputs"]  # type: ignore[assignment]
-    return IngestSummary(
-        out=out, kind=plan.kind, langs=plan.langs, records=next_id, rows=manifest.rows,
-        rejects=counts, shards=len(manifest.shards), bytes=manifest.bytes,
-        input_bytes=total_bytes, seconds=time.perf_counter() - started,
-        inputs=inputs_lineage)
+    return manifest, lineage, counts, next_id
+
+
+@dataclass
+class _Tally:
+    """Records of one input that became rows, and its first reject: an input whose every
+    record is rejected is refused (0 rows from a file means the options do not fit it)."""
+
+    records: int = 0
+    kept: int = 0
+    first: tuple[int, str, bytes] | None = None  # line, reason, raw bytes
+
+    def add(self, chunk: RecordChunk) -> None:
+        bad = chunk.codes >= 0
+        self.records += len(chunk)
+        self.kept += len(chunk) - int(bad.sum())
+        if self.first is None and bad.any():
+            i = int(np.argmax(bad))
+            only = np.zeros(len(chunk), dtype=bool)
+            only[i] = True
+            self.first = (chunk.first_line + i, str(_REASONS[chunk.codes[i]]),
+                          bytes(chunk.raw(only)[0].as_py()))
+
+    def check(self, source: Source) -> None:
+        if self.kept or self.first is None:
+            return
+        line, reason, raw = self.first
+        snippet = raw[:80].decode("utf-8", "replace")
+        options = ", ".join(f"{k} {','.join(map(str, v)) if isinstance(v, list) else v}"
+                            for k, v in source.options().items() if v is not None)
+        raise DataLossError(
+            f"{path_text(source.files[0].path)}: all {self.records:,} records were rejected, "
+            f"so no dataset was written; the first, line {line}, as {reason}: {snippet!r}"
+            + (f" (read with {options})" if options else "") + _NEXT_STEP.get(reason, ""))
+
+
+#: what to change when every record of an input was rejected for this reason
+_NEXT_STEP = {
+    "missing_key": "; name the keys that hold the text with --keys (keys=)",
+    "not_a_string": "; name the keys that hold the text with --keys (keys=)",
+    "tsv_field_count": "; choose the text columns with --columns, or check --format",
+    "invalid_json": "; is it JSONL? pass --format for another format",
+    "invalid_utf8": "; the file is not UTF-8 text: convert it first (e.g. iconv)",
+    "empty_field": "; one side is empty in every record: check --columns / --keys",
+    "null_field": "; the chosen columns are null: choose others with --columns",
+}
 
 
 def _check_shard_limits(shard_rows: int | None, shard_bytes: int | None) -> None:

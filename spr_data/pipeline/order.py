@@ -247,7 +247,9 @@ def _pack_window(p: TokenPlan, w: int) -> tuple[np.ndarray, np.ndarray]:
     positions = np.arange(w * p.window, min(p.n, (w + 1) * p.window), dtype=np.int64)
     rows = epoch_order(p.n, p.seed, p.epoch, positions, p.block)
     sizes = np.maximum(np.asarray(p.sizes_of(rows), dtype=np.int64), 1)
-    by_size = np.argsort(sizes, kind="stable")
+    # the same stable order either way; as uint16, numpy sorts by radix (ten times faster)
+    keys = sizes.astype(np.uint16) if len(sizes) and int(sizes.max()) < 1 << 16 else sizes
+    by_size = np.argsort(keys, kind="stable")
     rows, sizes = rows[by_size], sizes[by_size]
     return rows, _pack(sizes, p.max_tokens, p.max_rows)
 

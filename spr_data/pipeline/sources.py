@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spr_data.errors import InputError, SprDataError
+from spr_data.langcodes import check_lang
 from spr_data.reader import LocalFileSystem, RetryingFile, RetryPolicy, is_network_path
 from spr_data.schema import Kind
 
@@ -62,6 +63,9 @@ _EXTENSIONS = {".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet":
                ".txt": "text"}
 _LANG = r"[a-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})?"
 _LANG_SUFFIX = re.compile(rf"^{_LANG}$")
+#: suffixes that name a side of a pair, not its language (though each is an ISO 639-3 code:
+#: labelling rows "src" would make clean expect Logudorese Sardinian)
+_SIDE_SUFFIXES = {"src", "tgt", "trg"}
 _LANG_PAIR_IN_NAME = re.compile(r"(?:^|[._-])([a-z]{2,3})-([a-z]{2,3})(?=[._]|$)")
 
 BLOCK_BYTES = 8 << 20
@@ -483,18 +487,40 @@ class JsonlSource(Source):
 
     format = "jsonl"
 
-    def __init__(self, files: list[InputFile], kind: Kind, keys: Sequence[str]) -> None:
+    def __init__(self, files: list[InputFile], kind: Kind, keys: Sequence[str],
+                 fallbacks: Sequence[Sequence[str]] = ()) -> None:
+        """``keys`` hold the text; when the first JSON object lacks one of them, the first of
+        ``fallbacks`` (other candidate keys, e.g. ``src``/``tgt`` after the languages) that it
+        has is used instead."""
         super().__init__(files, kind)
         self.keys = tuple(keys)
+        self._fallbacks = [tuple(k) for k in fallbacks]
 
     def options(self) -> dict[str, Any]:
         return {"keys": list(self.keys)}
+
+    def _choose_keys(self, text: pa.Array) -> None:
+        """Pick the candidate keys the file's first JSON object holds (one look at it)."""
+        for value in text.slice(0, 1000).to_pylist():
+            try:
+                obj = json.loads(value) if value and value.strip() else None
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(obj, dict):
+                for keys in [self.keys, *self._fallbacks]:
+                    if all(k in obj for k in keys):
+                        self.keys = keys
+                        break
+                break
+        self._fallbacks = []
 
     def chunks(self, on_bytes: Callable[[int], None] | None = None) -> Iterator[RecordChunk]:
         line = 1
         for lines in iter_line_blocks(self.files[0], on_bytes):
             codes = np.full(len(lines), -1, dtype=np.int8)
             text = _decode(lines, codes)
+            if self._fallbacks:
+                self._choose_keys(text)
             columns: list[list[str]] = [[] for _ in self.keys]
             for i, value in enumerate(text.to_pylist()):
                 reason, got = self._parse(value) if codes[i] < 0 else (None, [""] * len(self.keys))
@@ -551,9 +577,12 @@ class ParquetSource(Source):
 
     format = "parquet"
 
-    def __init__(self, files: list[InputFile], kind: Kind, columns: Sequence[str]) -> None:
+    def __init__(self, files: list[InputFile], kind: Kind, columns: Sequence[str],
+                 fallbacks: Sequence[Sequence[str]] = ()) -> None:
+        """``fallbacks``: other candidate columns, used when the file lacks ``columns``."""
         super().__init__(files, kind)
         self.columns = tuple(columns)
+        self._fallbacks = [tuple(c) for c in fallbacks]
 
     def options(self) -> dict[str, Any]:
         return {"columns": list(self.columns)}
@@ -593,6 +622,11 @@ class ParquetSource(Source):
             line += n
 
     def _resolve(self, schema: pa.Schema) -> list[str]:
+        for candidate in self._fallbacks:
+            if not all(c in schema.names for c in self.columns) \
+                    and all(c in schema.names for c in candidate):
+                self.columns = candidate
+        self._fallbacks = []
         names = []
         for c in self.columns:
             name = schema.names[int(c)] if c.isdigit() and int(c) < len(schema.names) else c
@@ -690,12 +724,13 @@ def langs_from_name(path: Path, kind: Kind) -> list[str] | None:
 
 
 def parse_langs(text: str) -> list[str]:
-    """``"en-de"`` or ``"en,zh-CN"`` → a list of two codes."""
-    parts = text.split(",") if "," in text else text.split("-")
-    if len(parts) != 2 or not all(_LANG_SUFFIX.match(p) for p in parts):
+    """``"en-de"`` or ``"en,zh-CN"`` → a list of two codes, each checked
+    (:func:`spr_data.langcodes.check_lang`: a typo is refused with what it may have meant)."""
+    parts = [p.strip() for p in text.split(",")] if "," in text else text.split("-")
+    if len(parts) != 2 or not all(parts):
         raise InputError(f"--langs {text!r} should be SRC-TGT (e.g. en-de) or SRC,TGT "
-                         "(e.g. en,zh-CN)")
-    return parts
+                         "(e.g. en,zh-CN or en,sr-Latn-RS)")
+    return [check_lang(p, where=f"--langs {text}") for p in parts]
 
 
 def plan_sources(
@@ -727,6 +762,8 @@ def plan_sources(
         if len(langs) not in (1, 2):
             raise InputError(f"expected one language (mono) or two (parallel), got {list(langs)}")
         kind = "parallel" if len(langs) == 2 else "mono"
+        option = "--langs " + ",".join(langs) if len(langs) == 2 else "--lang"
+        langs = [check_lang(code, where=option) for code in langs]
     width = len(columns) if columns else len(keys) if keys else None
     if width is not None and width not in (1, 2):
         raise InputError("choose one column/key (mono) or two (source and target)")
@@ -787,15 +824,20 @@ def plan_sources(
         found = langs_from_name(ps[0], final_kind)
         if found:
             guessed.add(tuple(found))
+        # JSONL keys and Parquet columns: named as chosen, else the languages (given, or from
+        # the file name: pairs.en-bn.jsonl holds "en" and "bn"), else src/tgt (text)
+        lang_keys = list(langs) if langs else found
+        candidates = [k for k in (lang_keys, text_names) if k and len(k) == len(text_names)]
+        candidates = [k for i, k in enumerate(candidates) if k not in candidates[:i]]
         if fmt == "tsv":
             cols = _int_columns(columns) if columns else list(range(len(text_names)))
             sources.append(TsvSource(files, final_kind, cols))
         elif fmt == "jsonl":
-            sources.append(JsonlSource(files, final_kind, list(keys) if keys else
-                                       (list(langs) if langs else text_names)))
+            sources.append(JsonlSource(files, final_kind, keys) if keys else
+                           JsonlSource(files, final_kind, candidates[0], candidates[1:]))
         elif fmt == "parquet":
-            sources.append(ParquetSource(files, final_kind,
-                                         list(columns) if columns else text_names))
+            sources.append(ParquetSource(files, final_kind, columns) if columns else
+                           ParquetSource(files, final_kind, candidates[0], candidates[1:]))
         else:
             if final_kind != "mono":
                 raise InputError(f"{ps[0]} is plain text, which makes a mono corpus; "
@@ -806,6 +848,11 @@ def plan_sources(
         final_langs = list(langs)
     elif len(guessed) == 1:
         final_langs = list(guessed.pop())
+        if set(final_langs) <= _SIDE_SUFFIXES:  # train.src + train.tgt: sides, no languages
+            final_langs = ["und"] * len(final_langs)
+        for code in final_langs:  # a name such as train.ge: refuse it rather than label rows
+            check_lang(code, where=f"{paths[0].name} (the language its name gives; pass "
+                                   f"--lang{'s' if len(final_langs) == 2 else ''} to set it)")
     else:
         final_langs = ["und"] * len(text_names)
     return SourcePlan(sources, final_kind, final_langs)

@@ -29,14 +29,14 @@ from spr_data._version import __version__
 from spr_data.dataset import Dataset, open_dataset
 from spr_data.errors import DatasetError, InputError, SprDataError
 from spr_data.fsio import atomic_write_bytes, sha256_file
-from spr_data.manifest import Manifest, ShardInfo, write_manifest
-from spr_data.outdir import WORK_DIR, check_run, prepare_output, remove_outputs
+from spr_data.manifest import Manifest, ShardInfo
+from spr_data.outdir import WORK_DIR, check_run, claim, output_lock, prepare_output, publish
 from spr_data.pipeline.clean import unit_rows
-from spr_data.pipeline.executor import LocalExecutor
+from spr_data.pipeline.executor import Executor, executor_for
 from spr_data.reader import ReaderOptions
 from spr_data.schema import text_columns
 from spr_data.tokenizers import Tokenizer, load_tokenizer
-from spr_data.verify import check_shard_hash
+from spr_data.verify import check_shard_hash, check_shards
 from spr_data.writer import shard_name, write_shard_file
 
 __all__ = ["TokenizeReport", "id_column", "row_sizes", "token_columns", "tokenize"]
@@ -64,7 +64,8 @@ def row_sizes(ds: Dataset) -> Callable[[np.ndarray], np.ndarray]:
                          "needs them): run `spr-data tokenize` on it first")
 
     def sizes_of(rows: np.ndarray) -> np.ndarray:
-        return np.asarray(np.max([ds.list_lengths(c, rows) for c in columns], axis=0))
+        selection = ds.select_rows(np.asarray(rows, dtype=np.int64))  # located once
+        return np.asarray(np.max([selection.lengths(c) for c in columns], axis=0))
 
     return sizes_of
 
@@ -158,19 +159,32 @@ def _tokenize_task(task: _Task) -> dict[str, Any]:
 def tokenize(dataset: str | Path, out: str | Path, *, tokenizer: str,
              workers: int | None = None, overwrite: bool = False,
              on_progress: Callable[[str, int, int], None] | None = None,
-             reader: ReaderOptions | None = None) -> TokenizeReport:
+             reader: ReaderOptions | None = None,
+             executor: Executor | None = None) -> TokenizeReport:
     """Write ``out``: every row of ``dataset`` with token-id columns added.
 
     ``tokenizer`` is what ``load_tokenizer`` takes (``[NAME=]PATH``). A run killed at any
     point resumes where it stopped when started again with the same input and tokenizer.
     A dataset on a network filesystem or URL is read as ``reader`` says, its shards copied
-    (verified) to local disk for the workers.
+    (verified) to local disk for the workers. ``out`` is locked for the whole run; a failed
+    run keeps its work state (it resumes from it) and removes nothing it did not write. The
+    per-shard tasks run on ``executor`` (default: ``workers`` local processes).
     """
+    with output_lock(out, command="tokenize"):
+        return _tokenize(dataset, Path(out), tokenizer=tokenizer, workers=workers,
+                         overwrite=overwrite, on_progress=on_progress, reader=reader,
+                         executor=executor)
+
+
+def _tokenize(dataset: str | Path, out: Path, *, tokenizer: str, workers: int | None,
+              overwrite: bool, on_progress: Callable[[str, int, int], None] | None,
+              reader: ReaderOptions | None, executor: Executor | None) -> TokenizeReport:
     started = time.perf_counter()
     source = open_dataset(str(dataset), reader=reader)
     if source.manifest.role != "rows":
         raise DatasetError(f"{dataset} is a rejects dataset; tokenize its parent instead")
-    out = Path(out)
+    if not source.remote:  # the manifest against the shards' own footers, before any plan
+        check_shards(source.shard_paths, source.manifest)
     if out.resolve() == Path(dataset).resolve():
         raise InputError("--out must differ from the input dataset")
     tok = load_tokenizer(tokenizer)
@@ -191,31 +205,28 @@ def tokenize(dataset: str | Path, out: str | Path, *, tokenizer: str,
         raise DatasetError(f"{dataset} has no rows to tokenize")
     identity = {"input": source.manifest_digest,
                 "tokenizer": tokenizer_info["sha256"], "tool_version": __version__}
-    created = prepare_output(out, overwrite=overwrite, resume=True)
+    prepare_output(out, overwrite=overwrite, resume=True)
     work = out / WORK_DIR
     unit = unit_rows(len(source))
     done = 0
     results: dict[int, dict[str, Any]] = {}
-    try:
-        check_run(work, identity, overwrite=overwrite)
-        spans = [(str(path), start, min(unit, info.rows - start), info.hash)
-                 for path, info in zip(source.local_shard_paths(work / "shards"),
-                                       source.manifest.shards, strict=True)
-                 for start in range(0, info.rows, unit)]
-        tasks = [_Task(i, path, start, length, columns, spec, id_type, str(out), str(work),
-                       digest)
-                 for i, (path, start, length, digest) in enumerate(spans)]
-        with LocalExecutor(workers) as executor:
-            for i, stats in executor.map(_tokenize_task, tasks):
-                results[i] = stats
-                done += tasks[i].length
-                if on_progress is not None:
-                    on_progress("tokenize", done, len(source))
-            used = executor.workers
-    except BaseException:
-        if created and not work.exists():
-            remove_outputs(out, created=True)
-        raise
+    check_run(work, identity, overwrite=overwrite)
+    local_paths = source.local_shard_paths(work / "shards")
+    check_shards(local_paths, source.manifest)
+    spans = [(str(path), start, min(unit, info.rows - start), info.hash)
+             for path, info in zip(local_paths, source.manifest.shards, strict=True)
+             for start in range(0, info.rows, unit)]
+    tasks = [_Task(i, path, start, length, columns, spec, id_type, str(out), str(work),
+                   digest)
+             for i, (path, start, length, digest) in enumerate(spans)]
+    claim(out, *(shard_name(t.index) for t in tasks))
+    with executor_for(executor, workers) as runner:
+        for i, stats in runner.map(_tokenize_task, tasks):
+            results[i] = stats
+            done += tasks[i].length
+            if on_progress is not None:
+                on_progress("tokenize", done, len(source))
+        used = runner.workers
     shards = [ShardInfo(**results[i]["shard"]) for i in range(len(tasks))]
     if sum(s.rows for s in shards) != len(source):
         raise SprDataError(f"accounting failed: {len(source)} rows in, "
@@ -231,9 +242,9 @@ def tokenize(dataset: str | Path, out: str | Path, *, tokenizer: str,
         "tokenizer": tokenizer_info, "id_type": id_type, "tokens": tokens,
         "options": {"workers": used},
     }
-    write_manifest(out, Manifest(kind=source.manifest.kind, role="rows", langs=source.langs,
-                                 schema=schema, shards=shards, rows_in=len(source),
-                                 id_bound=source.manifest.id_bound, lineage=lineage))
+    publish(out, Manifest(kind=source.manifest.kind, role="rows", langs=source.langs,
+                          schema=schema, shards=shards, rows_in=len(source),
+                          id_bound=source.manifest.id_bound, lineage=lineage))
     shutil.rmtree(work, ignore_errors=True)
     return TokenizeReport(out, len(source), tokens, id_type, tokenizer_info,
                           time.perf_counter() - started, used,

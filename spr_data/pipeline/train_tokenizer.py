@@ -12,10 +12,12 @@ dropped, and the text is streamed into the trainer — never held in memory as a
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import random
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,9 +25,13 @@ from typing import Any
 import pyarrow as pa
 
 from spr_data.errors import InputError, OutputError
-from spr_data.fsio import atomic_write_bytes
+from spr_data.fsio import atomic_write_bytes, os_error_message, temp_path
+from spr_data.outdir import output_lock
 from spr_data.qa.scripts import normalize_lang, profile
 from spr_data.reader import ReaderOptions
+
+#: ``on_progress(phase, done, total)``; total None while unknown.
+Progress = Callable[[str, int, int | None], None]
 
 __all__ = ["KINDS", "MARK_AWARE_PATTERN", "TrainResult", "iter_segments", "train_tokenizer"]
 
@@ -169,9 +175,26 @@ def train_tokenizer(
     weights: dict[str, float] | None = None,
     seed: int = 0,
     reader: ReaderOptions | None = None,
+    on_progress: Progress | None = None,
 ) -> TrainResult:
     """Train a tokenizer of ``kind`` on the balanced stream and write it into ``out``;
-    ``reader`` says how datasets are read (network filesystems, retries, a local cache)."""
+    ``reader`` says how datasets are read (network filesystems, retries, a local cache).
+    ``on_progress(phase, done, total)`` hears each phase: ``count`` (segments read, total
+    unknown), ``sample`` (segments fed, of about ``total``), ``train`` (after the stream).
+    ``out`` is locked for the run; a failed run leaves no temp file behind."""
+    with output_lock(out, command="train-tokenizer"):
+        try:
+            return _train_tokenizer(inputs, Path(out), kind=kind, vocab_size=vocab_size,
+                                    balance=balance, alpha=alpha, weights=weights, seed=seed,
+                                    reader=reader,
+                                    on_progress=on_progress or (lambda p, d, t: None))
+        except OSError as exc:  # writing the tokenizer: a full disk, a read-only directory
+            raise OutputError(os_error_message(exc, out)) from exc
+
+
+def _train_tokenizer(inputs: Sequence[str | Path], out: Path, *, kind: str, vocab_size: int,
+                     balance: str, alpha: float, weights: dict[str, float] | None, seed: int,
+                     reader: ReaderOptions | None, on_progress: Progress) -> TrainResult:
     if kind not in KINDS:
         raise InputError(f"--kind {kind!r} is not one of {', '.join(KINDS)}")
     if balance not in ("script", "lang", "none"):
@@ -186,17 +209,22 @@ def train_tokenizer(
     except OSError as exc:
         raise OutputError(f"cannot create {out}: {exc.strerror}") from exc
     chars: Counter[str] = Counter()
+    segments: Counter[str] = Counter()
     for texts, langs in _batched(inputs, reader):  # pass 1: the groups' sizes
         for text, group in zip(texts, _groups_of(texts, langs, balance if balance != "none"
                                                  else "lang"), strict=True):
+            segments[group] += 1
             if text.strip():
                 chars[group] += len(text)
+        on_progress("count", sum(segments.values()), None)
     if not chars:
         raise InputError("no text to train on: the inputs hold no segment that is not blank")
     rates = ({g: 1.0 for g in chars} if balance == "none"
              else sampling_rates(dict(chars), alpha, weights))
     fed: Counter[str] = Counter()
     count = [0]
+    expected = round(sum(n * rates.get(g, 1.0) for g, n in segments.items())
+                     * (1 - 1 / HOLD_OUT_EVERY))
 
     held_out: list[tuple[str, str]] = []
 
@@ -217,6 +245,8 @@ def train_tokenizer(
                     fed[group] += len(text)
                     count[0] += 1
                     yield text
+            on_progress("sample", count[0], max(expected, count[0]))
+        on_progress("train", 0, None)  # the trainer has the whole stream: now it learns
 
     if kind.startswith("sentencepiece"):
         target, stale = out / "tokenizer.model", out / "tokenizer.json"
@@ -224,7 +254,9 @@ def train_tokenizer(
     else:
         target, stale = out / "tokenizer.json", out / "tokenizer.model"
         size = _train_hf(stream(), target, kind, vocab_size)
-    stale.unlink(missing_ok=True)  # a tokenizer of the other kinds, from an earlier run here
+    on_progress("train", 1, 1)
+    if (out / "training.json").is_file():  # a tokenizer of another kind, from an earlier run
+        stale.unlink(missing_ok=True)    # here (never a file that no run wrote)
     result = TrainResult(out, kind, size, balance, alpha, dict(chars), rates, dict(fed),
                          count[0], target, held_out, vocab_size, weights, seed)
     atomic_write_bytes(out / "training.json",
@@ -252,9 +284,15 @@ def _train_hf(texts: Iterator[str], target: Path, kind: str, vocab_size: int) ->
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
                                       special_tokens=["<unk>"])
     tok.train_from_iterator(texts, trainer=trainer)
-    tmp = target.with_name(target.name + ".tmp")
-    tok.save(str(tmp))
-    tmp.replace(target)
+    tmp = temp_path(target)
+    try:
+        tok.save(str(tmp))
+        tmp.replace(target)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, Exception) and not isinstance(exc, OSError) and _disk_full(target):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target)) from exc
+        raise
     size: int = tok.get_vocab_size(with_added_tokens=True)
     return size
 
@@ -264,7 +302,7 @@ def _train_sentencepiece(texts: Iterator[str], target: Path, model_type: str,
     """Train and write the model; its vocabulary size."""
     import sentencepiece as spm
 
-    prefix = target.with_name("tokenizer.tmp")
+    prefix = temp_path(target.with_name("tokenizer"))
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=texts, model_prefix=str(prefix), model_type=model_type,
@@ -273,10 +311,25 @@ def _train_sentencepiece(texts: Iterator[str], target: Path, model_type: str,
     except RuntimeError as exc:  # its checks: a vocabulary too small or too large for the text
         for suffix in (".model", ".vocab"):
             Path(str(prefix) + suffix).unlink(missing_ok=True)
+        if _disk_full(target):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target)) from None
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         raise InputError(f"SentencePiece cannot train a {model_type} model of "
                          f"{vocab_size:,} pieces on this text: {reason}") from None
-    Path(str(prefix) + ".model").replace(target)
-    Path(str(prefix) + ".vocab").unlink(missing_ok=True)
+    try:
+        Path(str(prefix) + ".model").replace(target)
+    finally:
+        for suffix in (".model", ".vocab"):
+            Path(str(prefix) + suffix).unlink(missing_ok=True)
     size: int = spm.SentencePieceProcessor(model_file=str(target)).get_piece_size()
     return size
+
+
+def _disk_full(target: Path) -> bool:
+    """Whether the filesystem of ``target`` has no room left: the trainers report a failed
+    write as their own error, so the cause is read from the filesystem."""
+    try:
+        st = os.statvfs(target.parent)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 1 << 20

@@ -75,6 +75,9 @@ class IdsRecorder:
         self.close()
 
 
+#: stages a lineage may have before audit calls it corrupt (a real one has a handful)
+MAX_LINEAGE_DEPTH = 256
+
 def read_ids_log(path: str | Path) -> list[np.ndarray]:
     """Row ids per epoch: text (one id per line, ``# epoch N`` headers between epochs, numbered
     0, 1, … in order) or a ``.npy`` integer array of one epoch."""
@@ -149,7 +152,16 @@ def _check_accounting(ds: Dataset, reader: ReaderOptions | None = None) -> dict[
     problems: list[str] = []
     current: Dataset | None = ds
     kept = _all_ids(ds)
+    visited: set[str] = set()
     while current is not None:
+        where = current.location if current.remote else str(current.path.resolve())
+        if where in visited or len(visited) >= MAX_LINEAGE_DEPTH:
+            problems.append(f"{current.location}: the lineage "
+                            + ("comes back to it (a loop)" if where in visited else
+                               f"is deeper than {MAX_LINEAGE_DEPTH} stages")
+                            + "; the manifest is corrupt or forged, accounting stops there")
+            break
+        visited.add(where)
         lineage = current.manifest.lineage
         rejects = current.rejects
         rejected = _all_ids(rejects) if rejects is not None else np.zeros(0, dtype=np.uint64)
@@ -168,6 +180,15 @@ def _check_accounting(ds: Dataset, reader: ReaderOptions | None = None) -> dict[
                                 "it was made (its manifest's sha256 is not the one the lineage "
                                 "recorded); accounting stops there")
                 parent = None
+        if parent is None and current.manifest.rows_in > len(out):
+            # the ids 0..rows_in are not built: rows_in is not bounded by any file's size
+            problems.append(f"{current.path} ({lineage.get('stage', '?')}): "
+                            f"{current.manifest.rows_in:,} rows came in, but only "
+                            f"{len(kept):,} kept + {len(rejected):,} rejected are there")
+            stages.append({"stage": lineage.get("stage", "?"), "path": current.location,
+                           "rows_in": current.manifest.rows_in, "kept": len(kept),
+                           "rejected": len(rejected), "ok": False})
+            break
         expected = _all_ids(parent) if parent is not None else \
             np.arange(current.manifest.rows_in, dtype=np.uint64)
         distinct_out, distinct_in = unique(out), unique(expected)

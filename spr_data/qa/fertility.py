@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import random
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -42,6 +43,8 @@ MARK_SPLIT_WARN = 0.01
 LOW_CHARS_PER_TOKEN = 2.0
 HIGH_LATIN_CHARS_PER_TOKEN = 3.5
 BALANCE_WARN = 0.25
+#: Tokenizer kinds that are yardsticks (one token per byte, per character): never warned about.
+BASELINES = ("bytes", "chars")
 
 
 @dataclass
@@ -53,12 +56,20 @@ class TextSource:
     texts: list[str]
     #: a language per segment (a cleaned dataset's langid column), when the input has one
     seg_langs: list[str] | None = None
+    #: lines the input held before ``--sample`` (line-parallel inputs hold as many)
+    lines: int | None = None
+    #: inputs declared line-parallel share a group: the two sides of one dataset
+    parallel_group: str | None = None
 
 
 def read_sources(inputs: Sequence[str | Path], *, sample: int | None = None,
-                 seed: int = 0, reader: ReaderOptions | None = None) -> list[TextSource]:
+                 seed: int = 0, reader: ReaderOptions | None = None,
+                 parallel: bool = False) -> list[TextSource]:
     """Text files (one segment per line; compression, BOM and CRLF handled) or datasets
-    (local, on a network filesystem or at an ``http(s)://`` URL, read as ``reader`` says)."""
+    (local, on a network filesystem or at an ``http(s)://`` URL, read as ``reader`` says).
+
+    ``parallel`` declares the text files line-parallel (line i of each says the same), for
+    parity where their line lengths cannot show it; they must then hold as many lines."""
     from spr_data.pipeline.sources import iter_text_lines, langs_from_name
 
     sources = []
@@ -74,7 +85,13 @@ def read_sources(inputs: Sequence[str | Path], *, sample: int | None = None,
             continue
         lines = [line for block in iter_text_lines(path) for line in block]
         langs = langs_from_name(path, "mono")
-        sources.append(TextSource(path.name, langs[0] if langs else None, lines))
+        sources.append(TextSource(path.name, langs[0] if langs else None, lines,
+                                  lines=len(lines),
+                                  parallel_group="--parallel" if parallel else None))
+    declared = [s for s in sources if s.parallel_group == "--parallel"]
+    if len({s.lines for s in declared}) > 1:
+        raise InputError("parallel=True: the files should hold as many lines, found "
+                         + ", ".join(f"{s.name} {s.lines:,}" for s in declared))
     if sample is not None:
         for s in sources:
             if len(s.texts) > sample:
@@ -99,7 +116,8 @@ def _dataset_sources(path: str, reader: ReaderOptions | None) -> list[TextSource
         seg_langs = None
         if lang is None and f"lid_{side}" in ds.schema.names:  # what clean's langid found
             seg_langs = [x for b in ds.iter_batches() for x in b.column(f"lid_{side}").to_pylist()]
-        out.append(TextSource(f"{Path(path).name}:{column}", lang, texts, seg_langs))
+        out.append(TextSource(f"{Path(path).name}:{column}", lang, texts, seg_langs,
+                              lines=len(texts), parallel_group=path))
     return out
 
 
@@ -348,7 +366,11 @@ def fertility_report(sources: list[TextSource], tokenizers: list[Tokenizer], *,
         np.full(len(s.texts), normalize_lang(s.lang) if s.lang else "und", dtype=object)
         for s in sources])
     ref = normalize_lang(reference)
-    report: dict[str, Any] = {"tokenizers": {}, "warnings": [], "reference": ref}
+    pairs, not_parallel = parallel_pairs(sources, ref)
+    report: dict[str, Any] = {"tokenizers": {}, "warnings": [], "warning_details": [],
+                              "reference": ref,
+                              "parity": {"pairs": [p.to_json(sources) for p in pairs],
+                                         "not_parallel": not_parallel}}
 
     # the libraries encode in native code without the GIL, as do Arrow and numpy: two
     # threads share the tasks (text statistics; per tokenizer, its words, heads and
@@ -381,48 +403,163 @@ def fertility_report(sources: list[TextSource], tokenizers: list[Tokenizer], *,
         by_script = _group_metrics(counts, script_codes, script_names, CJK)
         by_lang = _group_metrics(counts, lang_codes, lang_names)
         by_lang.pop("und", None)
-        _add_parity(by_lang, sources, per_source, ref)
+        _add_parity(by_lang, sources, per_source, ref, pairs, not_parallel)
         report["tokenizers"][tok.name] = {"kind": tok.kind, "by_script": by_script,
                                           "by_lang": by_lang}
-        report["warnings"] += _warnings(tok.name, by_script, by_lang)
+        if tok.kind not in BASELINES:  # a yardstick, not a tokenizer anyone trains with
+            details = _warnings(tok.name, by_script, by_lang)
+            report["warnings"] += [d["message"] for d in details]
+            report["warning_details"] += details
     return report
 
 
-def _add_parity(by_lang: dict[str, Any], sources: list[TextSource], counts: list[_Counts],
-                ref: str) -> None:
-    """Tokens for the same lines in language X over tokens in the reference language, on
-    sources with as many lines as a reference source (multi-parallel files)."""
-    refs = [c for s, c in zip(sources, counts, strict=True)
-            if s.lang and normalize_lang(s.lang) == ref]
-    if not refs:
-        return
-    base = refs[0]
-    for s, c in zip(sources, counts, strict=True):
+#: shifts of one input against the other whose length correlations are the negatives
+_SHIFTS = (1, 2, 3, 5, 8, 13)
+#: how many standard errors (1/sqrt(lines)) the aligned correlation must beat every shifted one
+_PARALLEL_MARGIN_SE = 3.0
+
+
+@dataclass(frozen=True)
+class ParallelPair:
+    """Input ``source`` is line-parallel with input ``reference`` (indices into the sources)."""
+
+    source: int
+    reference: int
+    how: str  # "declared" (two sides of one dataset) or "detected" (line lengths)
+    correlation: float | None = None  # of the log line lengths, aligned
+    shifted: float | None = None  # the highest of the shifted alignments
+
+    def to_json(self, sources: list[TextSource]) -> dict[str, Any]:
+        return {"input": sources[self.source].name,
+                "reference_input": sources[self.reference].name, "how": self.how,
+                "length_correlation": self.correlation, "shifted_correlation": self.shifted}
+
+
+def _corr(x: np.ndarray, y: np.ndarray) -> float:
+    if x.std() == 0 or y.std() == 0:
+        return 0.0
+    return float(np.corrcoef(x, y)[0, 1])
+
+
+def line_parallel(a: list[str], b: list[str]) -> tuple[bool, float, float]:
+    """Whether line i of ``b`` says what line i of ``a`` says, judged from the data: the lengths
+    of translations go together (Gale & Church), so the correlation of the log line lengths
+    aligned must beat that of the same files shifted by a few lines — negatives made from the
+    inputs themselves, which also catch two files that are merely both sorted by length — by
+    ``_PARALLEL_MARGIN_SE`` standard errors. Returns (parallel, aligned, best shifted)."""
+    n = len(a)
+    if n != len(b) or n < 3:
+        return False, 0.0, 0.0
+    x = np.log1p(np.fromiter(map(len, a), np.float64, n))
+    y = np.log1p(np.fromiter(map(len, b), np.float64, n))
+    aligned = _corr(x, y)
+    shifted = max(_corr(x, np.roll(y, k)) for k in _SHIFTS if k < n)
+    return aligned - shifted > _PARALLEL_MARGIN_SE / math.sqrt(n), round(aligned, 4), \
+        round(shifted, 4)
+
+
+def _lines(s: TextSource) -> int:
+    return s.lines if s.lines is not None else len(s.texts)
+
+
+def parallel_pairs(sources: list[TextSource],
+                   ref: str) -> tuple[list[ParallelPair], dict[str, str]]:
+    """Each input in another language paired with a reference-language input it is
+    line-parallel with — declared (the two sides of one dataset) or detected, and in either
+    case of as many lines — and, per language left without one, why parity is not computed.
+
+    Equal line counts alone prove nothing: ``--sample N`` gives every input N lines."""
+    refs = [i for i, s in enumerate(sources) if s.lang and normalize_lang(s.lang) == ref]
+    pairs: list[ParallelPair] = []
+    why: dict[str, str] = {}
+    for j, s in enumerate(sources):
         lang = normalize_lang(s.lang) if s.lang else None
-        if lang in by_lang and len(c.tokens) == len(base.tokens):
-            by_lang[lang]["parity"] = round(int(c.tokens.sum()) / max(int(base.tokens.sum()), 1), 4)
+        if lang is None or lang == ref:
+            continue
+        if not refs:
+            why.setdefault(lang, f"no input is in the reference language {ref}")
+            continue
+        reasons = []
+        for i in refs:
+            r = sources[i]
+            if s.parallel_group is not None and s.parallel_group == r.parallel_group:
+                pairs.append(ParallelPair(j, i, "declared"))
+                break
+            if (_lines(s), len(s.texts)) != (_lines(r), len(r.texts)):
+                reasons.append(f"{s.name} has {_lines(s):,} lines and {r.name} {_lines(r):,}")
+                continue
+            parallel, aligned, shifted = line_parallel(r.texts, s.texts)
+            if parallel:
+                pairs.append(ParallelPair(j, i, "detected", aligned, shifted))
+                break
+            reasons.append(f"{s.name} and {r.name} have as many lines, but their lengths do "
+                           f"not go together line by line (correlation {aligned:.2f}, shifted "
+                           f"{shifted:.2f}): not translations of each other")
+        else:  # the telling reason: lengths that do not go together, over a line count
+            reasons.sort(key=lambda text: "as many lines" not in text)
+            why.setdefault(lang, "not line-parallel with an input in the reference language "
+                           f"{ref}: {reasons[0]}")
+    paired = {normalize_lang(sources[p.source].lang or "") for p in pairs}
+    return pairs, {lang: text for lang, text in why.items() if lang not in paired}
 
 
-def _warnings(name: str, by_script: dict[str, Any], by_lang: dict[str, Any]) -> list[str]:
-    out = []
+def _add_parity(by_lang: dict[str, Any], sources: list[TextSource], counts: list[_Counts],
+                ref: str, pairs: list[ParallelPair], not_parallel: dict[str, str]) -> None:
+    """Tokens for the same lines in language X over tokens in the reference language, summed
+    over X's inputs that are line-parallel with a reference input (``parallel_pairs``); the
+    other languages get ``parity: null`` and ``parity_note`` saying why."""
+    sums: dict[str, list[int]] = {}
+    for p in pairs:
+        lang = normalize_lang(sources[p.source].lang or "")
+        own, base = sums.setdefault(lang, [0, 0]), counts[p.reference].tokens
+        own[0] += int(counts[p.source].tokens.sum())
+        own[1] += int(base.sum())
+    for lang, m in by_lang.items():
+        m["parity"], m["parity_note"] = None, not_parallel.get(lang)
+        if lang in sums:
+            m["parity"] = round(sums[lang][0] / max(sums[lang][1], 1), 4)
+        elif lang == ref and sums:
+            m["parity"] = 1.0
+        elif lang == ref:
+            m["parity_note"] = "no input in another language is line-parallel with it"
+        elif m["parity_note"] is None:
+            m["parity_note"] = "its segments come from a language-id column, not one input"
+
+
+def _warnings(name: str, by_script: dict[str, Any],
+              by_lang: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each warning with its kind, the group it is about, a severity to rank it by (how far
+    past its threshold) and a short form, so that the CLI can group them per tokenizer."""
+    out: list[dict[str, Any]] = []
+
+    def add(kind: str, group: str, severity: float, short: str, message: str) -> None:
+        out.append({"tokenizer": name, "kind": kind, "group": group,
+                    "severity": round(severity, 4), "short": short, "message": message})
+
     latin = by_script.get("Latin", {}).get("chars_per_token", 0.0)
     for script, m in by_script.items():
         rate = m["pretoken_mark_split_rate"]
         if rate is not None and rate > MARK_SPLIT_WARN:
-            out.append(f"{name}: its pre-tokenizer cuts {script} words at combining marks "
-                       f"({rate:.1%} of its pieces begin with one, and {m['mark_split_rate']:.1%}"
-                       " of the tokens): its letter class lacks \\p{M}; keep marks inside "
-                       "words (train-tokenizer --kind bpe/byte-bpe does)")
+            add("pretoken_mark_split", script, rate, f"{script} {rate:.1%}",
+                f"{name}: its pre-tokenizer cuts {script} words at combining marks "
+                f"({rate:.1%} of its pieces begin with one, and {m['mark_split_rate']:.1%}"
+                " of the tokens): its letter class lacks \\p{M}; keep marks inside "
+                "words (train-tokenizer --kind bpe/byte-bpe does)")
         if script not in ("None", "Common", "Latin") and latin > HIGH_LATIN_CHARS_PER_TOKEN \
                 and m["chars_per_token"] < LOW_CHARS_PER_TOKEN:
-            out.append(f"{name}: {script} gets {m['chars_per_token']:.2f} characters per token "
-                       f"while Latin gets {latin:.2f}: the model sees far fewer {script} "
-                       "characters per step than the data mix promises")
+            cpt = m["chars_per_token"]
+            add("low_chars_per_token", script, latin / max(cpt, 1e-9),
+                f"{script} {cpt:.2f} vs Latin {latin:.2f}",
+                f"{name}: {script} gets {cpt:.2f} characters per token "
+                f"while Latin gets {latin:.2f}: the model sees far fewer {script} "
+                "characters per step than the data mix promises")
     for lang, m in by_lang.items():
         if m["char_share"] and abs(m["token_share"] - m["char_share"]) / m["char_share"] \
                 > BALANCE_WARN:
-            out.append(f"{name}: {lang} is {m['char_share']:.1%} of the characters but "
-                       f"{m['token_share']:.1%} of the tokens")
+            add("balance", lang, abs(math.log(max(m["token_share"], 1e-9) / m["char_share"])),
+                f"{lang} {m['char_share']:.1%}→{m['token_share']:.1%}",
+                f"{name}: {lang} is {m['char_share']:.1%} of the characters but "
+                f"{m['token_share']:.1%} of the tokens")
     return out
 
 

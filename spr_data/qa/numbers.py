@@ -1,0 +1,277 @@
+"""Numbers in a sentence, in a form that compares equal however a language writes them.
+
+The ``numbers_mismatch`` rule asks whether the numbers of one side are all found on the other.
+People write the same number differently across languages, so each number on a side is read
+every way it may be meant, and it is found on the other side if one of its readings is:
+
+* separators: ``1,000`` / ``1.000`` / ``1 000`` (thousands), ``2,95`` / ``2.95`` (decimal
+  comma), ``13.7.2008`` / ``17.30`` (parts of a date or a time), Moses-tokenized ``1 , 27``;
+* dates: month names (``July``, ``Juli``, ``Nov.``) are numbers too, so ``July 13th, 2008``,
+  ``13.7.2008`` and ``2008年7月13日`` all hold 13, 7 and 2008; leading zeros go (``05.03``);
+* 12-hour times: ``5.30 p.m.``, ``6 PM``, ``下午5点`` also read as 17.30, 18, 17;
+* decades and two-digit years: ``1980s`` / ``80er Jahre`` / ``80年代`` / ``'80s``, and
+  ``1974 - 76``, also read as 80 / 1980 and 76 / 1976;
+* multipliers: ``1万``, ``3 million``, ``85,5 Millionen``, ``2 lakh`` are the whole number;
+* ordinal suffixes (``13th``, ``1 st``, ``3.``) are just the number;
+* digits of any script (Bengali ০-৯, Devanagari, full-width) and Chinese numerals
+  (``三十五``, ``两千``, ``第三``);
+* number words for small numbers and ordinals in English, German, Chinese and Bengali
+  (``four``/``vier``/``四``/``চার``) count as present on a side — they make a side's numbers
+  found, but a side's own number words are never *required* on the other side, since
+  ``one`` and ``一`` are also pronouns and parts of words.
+
+Lenient on purpose: a pair is a mismatch only when *neither* side's numbers are all found on
+the other, so ``(123)`` / ``(789)`` is still caught while a translation that writes a date
+differently is not.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from functools import lru_cache
+
+__all__ = ["SideNumbers", "mismatches", "numbers_match", "read_numbers", "values_of"]
+
+_MONTHS = {
+    # English, German (full and abbreviated forms; "may"/"mai" only capitalized, see below)
+    "january": 1, "jan": 1, "januar": 1, "jänner": 1, "february": 2, "feb": 2, "februar": 2,
+    "march": 3, "mar": 3, "märz": 3, "april": 4, "apr": 4, "june": 6, "jun": 6, "juni": 6,
+    "july": 7, "jul": 7, "juli": 7, "august": 8, "aug": 8, "september": 9, "sep": 9,
+    "sept": 9, "october": 10, "oct": 10, "oktober": 10, "okt": 10, "november": 11, "nov": 11,
+    "december": 12, "dec": 12, "dezember": 12, "dez": 12,
+    # Bengali
+    "জানুয়ারি": 1, "জানুয়ারী": 1, "ফেব্রুয়ারি": 2, "ফেব্রুয়ারী": 2, "মার্চ": 3, "এপ্রিল": 4,
+    "মে": 5, "জুন": 6, "জুলাই": 7, "আগস্ট": 8, "সেপ্টেম্বর": 9, "অক্টোবর": 10, "নভেম্বর": 11,
+    "ডিসেম্বর": 12,
+}
+_CAPITAL_MONTHS = {"May": 5, "Mai": 5}
+_WORDS = {
+    # English
+    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+    "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13,
+    "fourteen": 14, "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18,
+    "nineteen": 19, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60,
+    "seventy": 70, "eighty": 80, "ninety": 90, "hundred": 100, "thousand": 1000,
+    "first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7,
+    "eighth": 8, "ninth": 9, "tenth": 10, "eleventh": 11, "twelfth": 12, "twentieth": 20,
+    "once": 1, "twice": 2, "double": 2, "half": 0.5, "dozen": 12, "noon": 12, "midnight": 0,
+    # German ("ein", "eine" are articles too: they are left out)
+    "null": 0, "eins": 1, "zwei": 2, "drei": 3, "vier": 4, "fünf": 5, "sechs": 6,
+    "sieben": 7, "acht": 8, "neun": 9, "zehn": 10, "elf": 11, "zwölf": 12, "dreizehn": 13,
+    "vierzehn": 14, "fünfzehn": 15, "sechzehn": 16, "siebzehn": 17, "achtzehn": 18,
+    "neunzehn": 19, "zwanzig": 20, "dreißig": 30, "vierzig": 40, "fünfzig": 50,
+    "sechzig": 60, "siebzig": 70, "achtzig": 80, "neunzig": 90, "hundert": 100,
+    "tausend": 1000, "erste": 1, "ersten": 1, "erster": 1, "erstes": 1, "zweite": 2,
+    "zweiten": 2, "dritte": 3, "dritten": 3, "vierte": 4, "vierten": 4, "fünfte": 5,
+    "fünften": 5, "sechste": 6, "siebte": 7, "achte": 8, "neunte": 9, "zehnte": 10,
+    "halb": 0.5, "halbe": 0.5, "dutzend": 12, "mittag": 12, "mitternacht": 0,
+    # Bengali
+    "শূন্য": 0, "এক": 1, "একটি": 1, "একটা": 1, "দুই": 2, "দুটি": 2, "দুটো": 2, "তিন": 3,
+    "তিনটি": 3, "চার": 4, "চারটি": 4, "পাঁচ": 5, "ছয়": 6, "সাত": 7, "আট": 8, "নয়": 9,
+    "দশ": 10, "এগারো": 11, "বারো": 12, "বিশ": 20, "কুড়ি": 20, "তিরিশ": 30, "চল্লিশ": 40,
+    "পঞ্চাশ": 50, "একশ": 100, "শত": 100, "হাজার": 1000, "প্রথম": 1, "দ্বিতীয়": 2,
+    "তৃতীয়": 3, "চতুর্থ": 4, "পঞ্চম": 5, "অর্ধেক": 0.5,
+}
+#: words that multiply the number before them
+_SCALES = {
+    "thousand": 10**3, "million": 10**6, "millions": 10**6, "billion": 10**9,
+    "billions": 10**9, "trillion": 10**12, "bn": 10**9,
+    "tausend": 10**3, "mio": 10**6, "millionen": 10**6,
+    "milliarde": 10**9, "milliarden": 10**9, "mrd": 10**9, "billionen": 10**12,
+    "lakh": 10**5, "lakhs": 10**5, "crore": 10**7, "crores": 10**7,
+    "হাজার": 10**3, "লক্ষ": 10**5, "লাখ": 10**5, "কোটি": 10**7,
+    "万": 10**4, "萬": 10**4, "亿": 10**8, "億": 10**8, "千": 10**3, "百": 10**2,
+}
+_HAN_DIGITS = {"〇": 0, "零": 0, "一": 1, "二": 2, "两": 2, "兩": 2, "三": 3, "四": 4,
+               "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
+_HAN_UNITS = {"十": 10, "百": 100, "千": 1000, "万": 10**4, "萬": 10**4, "亿": 10**8,
+              "億": 10**8}
+_HAN_NUMERAL = re.compile(f"[{''.join(_HAN_DIGITS)}{''.join(_HAN_UNITS)}]+")
+
+#: separators inside one number; Moses-tokenized "1 , 27" stays two numbers, whose parts
+#: reading still finds "1.27" (a list "5 , 10 , 20" must not become one number)
+_SEP = r"(?:[.,:'’\u00a0\u202f\u2009]| (?=\d{3}(?!\d)))"
+#: a run of digits with separators inside; digits of every script (``\d`` is Unicode)
+_NUMBER = re.compile(rf"\d+(?:{_SEP}\d+)*|\d+")
+_PM = re.compile(r"^\s?(?:p\.\s?m\.?|pm\b|PM\b|P\.M\.)", re.IGNORECASE)
+_AM = re.compile(r"^\s?(?:a\.\s?m\.?|am\b|AM\b|A\.M\.)", re.IGNORECASE)
+_CN_PM = ("下午", "晚上", "傍晚", "中午")
+_DECADE = re.compile(r"^(?:'?s\b|er\b|er-|er\s?jahre|年代)", re.IGNORECASE)
+_RANGE = re.compile(r"\s?[-–—/]\s?$")
+#: words: runs between spaces, digits and punctuation (``\w`` would cut Bengali at its vowel
+#: signs, which are marks)
+_WORD = re.compile(r"[^\s\d.,;:!?()\[\]{}\"'«»“”‘’„।|/\\–—-]+")
+
+
+@dataclass(frozen=True)
+class SideNumbers:
+    """The numbers of one side: each as its possible readings (each a set of values), and the
+    pool of every value the side holds in any reading (number words and months included)."""
+
+    items: tuple[tuple[frozenset[str], ...], ...]
+    pool: frozenset[str]
+
+    def found_in(self, other: SideNumbers) -> bool:
+        """Whether every number of this side has a reading whose values the other side holds."""
+        return all(any(reading <= other.pool for reading in item) for item in self.items)
+
+
+def _canon(value: Decimal) -> str:
+    """``Decimal`` → canonical text: no exponent, no trailing fractional zeros."""
+    if value == value.to_integral_value():
+        return str(int(value))
+    return format(value.normalize(), "f")
+
+
+def _digits(text: str) -> str:
+    """Digits of any script as ASCII; other characters (separators) stay."""
+    if text.isascii():
+        return text
+    return "".join(str(unicodedata.digit(c)) if c.isdigit() and not c.isascii() else c
+                   for c in text)
+
+
+def _han_value(text: str) -> int | None:
+    """Value of a run of Chinese numerals (三十五 = 35, 两千零八 = 2008, 二〇〇八 = 2008)."""
+    if all(c in _HAN_DIGITS for c in text):  # digit by digit: 二〇〇八
+        return int("".join(str(_HAN_DIGITS[c]) for c in text))
+    total, section, digit = 0, 0, None
+    for c in text:
+        if c in _HAN_DIGITS:
+            digit = _HAN_DIGITS[c]
+            continue
+        unit = _HAN_UNITS[c]
+        if unit >= 10**4:
+            section = (section + (digit or 0)) * unit
+            total += section
+            section = 0
+        else:
+            section += (1 if digit is None else digit) * unit
+        digit = None
+    return total + section + (digit or 0)
+
+
+def _readings(group: str) -> list[list[Decimal]]:
+    """Every way a digit group may be meant: one number, or its parts."""
+    text = _digits(group)
+    parts = [p for p in re.split(r"\D+", text) if p]
+    seps = re.findall(r"\D+", text.strip())
+    out: list[list[Decimal]] = [[Decimal(int(p)) for p in parts]]
+    if len(parts) == 1:
+        return out
+    if all(len(p) == 3 for p in parts[1:]):  # thousands: 1,000 / 1.000 / 1 000
+        out.append([Decimal(int("".join(parts)))])
+    if len(parts) == 2 and seps and seps[0].strip() in (".", ","):  # decimal: 2,95 / 2.95
+        out.append([Decimal(f"{int(parts[0])}.{parts[1]}")])
+    return out
+
+
+@lru_cache(maxsize=1)
+def _scale_pattern() -> re.Pattern[str]:
+    words = sorted((w for w in _SCALES if w.isascii()), key=len, reverse=True)
+    han = "".join(w for w in _SCALES if len(w) == 1 and not w.isascii())
+    others = [w for w in _SCALES if not w.isascii() and len(w) > 1]
+    alternatives = "|".join(re.escape(w) for w in words + others)
+    # a word must end there ("3 million", not "3 mills"); a Han multiplier needs no space
+    return re.compile(rf"^(?:\s?({alternatives})(?![^\W\d_])|([{han}]))", re.IGNORECASE)
+
+
+def read_numbers(text: str) -> SideNumbers | None:
+    """The numbers of ``text`` with all their readings, or ``None`` when it has no digits."""
+    groups = list(_NUMBER.finditer(text))
+    if not groups:
+        return None
+    items: list[tuple[frozenset[str], ...]] = []
+    pool: set[str] = set()
+    for m in groups:
+        group = m.group()
+        after = text[m.end():m.end() + 12]
+        readings = _readings(group)
+        extra: list[list[Decimal]] = []
+        scale = _scale_pattern().match(after)
+        if scale:
+            word = scale.group(1) or scale.group(2)
+            factor = _SCALES.get(word.lower(), _SCALES.get(word, 1))
+            extra += [[v * factor for v in r] for r in readings if len(r) == 1]
+        values = readings[0]
+        before = text[max(0, m.start() - 3):m.start()]
+        pm = _PM.match(after) or any(before.endswith(w) for w in _CN_PM)
+        if pm and 1 <= values[0] < 12:  # 5.30 p.m. → 17.30; 6 PM → 18
+            extra.append([values[0] + 12, *values[1:]])
+        elif _AM.match(after) and values[0] == 12:  # 12 a.m. → 0
+            extra.append([Decimal(0), *values[1:]])
+        if len(values) == 1 and _DECADE.match(after):  # 1980s / 80er / 80年代
+            v = values[0]
+            if v >= 1000:
+                extra.append([v % 100])
+            elif v < 100:
+                extra += [[v + 1900], [v + 2000]]
+        if len(values) == 1 and values[0] < 100 and m.start() >= 5 \
+                and text[max(0, m.start() - 1)] != "." \
+                and _RANGE.search(text[:m.start()]):
+            prev = re.search(r"(\d{4})\s?[-–—/]\s?$", text[:m.start()])
+            if prev:  # 1974 - 76
+                century = int(_digits(prev.group(1))) // 100 * 100
+                extra.append([Decimal(century) + values[0]])
+        if m.start() > 0 and text[m.start() - 1] == "'" and len(values) == 1 and values[0] < 100:
+            extra += [[values[0] + 1900], [values[0] + 2000]]  # '80s, '08
+        readings += extra
+        item = tuple(frozenset(_canon(v) for v in r) for r in readings)
+        items.append(item)
+        for r in item:
+            pool |= r
+    pool |= _word_values(text)
+    return SideNumbers(tuple(items), frozenset(pool))
+
+
+@lru_cache(maxsize=1)
+def _word_table() -> dict[str, str]:
+    """Number words and month names (lower case) → their value as canonical text."""
+    table = {word: _canon(Decimal(str(value))) for word, value in _WORDS.items()}
+    table.update((word, str(value)) for word, value in _MONTHS.items())
+    return table
+
+
+def _word_values(text: str) -> set[str]:
+    """Values of the number words, month names and Chinese numerals in ``text``."""
+    table = _word_table()
+    out = {table[w] for w in set(_WORD.findall(text.lower())) & table.keys()}
+    out.update(str(v) for w, v in _CAPITAL_MONTHS.items() if w in text)
+    if _HAN_NUMERAL.search(text):
+        for run in _HAN_NUMERAL.findall(text):
+            value = _han_value(run)
+            if value:  # 万 alone (1万: the digit is before it) is no number
+                out.add(str(value))
+            out.update(str(_HAN_DIGITS[c]) for c in run if c in _HAN_DIGITS)
+    if "半" in text:  # 3点半 = 3:30; 一半 = a half
+        out.update(("30", "0.5"))
+    return out
+
+
+def numbers_match(src: str, tgt: str) -> bool:
+    """False only when both sides have digits and neither side's numbers are all on the other."""
+    groups = set(_NUMBER.findall(src))
+    if groups and groups == set(_NUMBER.findall(tgt)):  # the same digits: most pairs
+        return True
+    a, b = read_numbers(src), read_numbers(tgt)
+    if a is None or b is None:
+        return True
+    return a.found_in(b) or b.found_in(a)
+
+
+def mismatches(sources: Sequence[str], targets: Sequence[str]) -> list[bool]:
+    """:func:`numbers_match` negated, over two aligned sequences."""
+    return [not numbers_match(s, t) for s, t in zip(sources, targets, strict=True)]
+
+
+def values_of(texts: Iterable[str]) -> list[frozenset[str]]:
+    """The pool of values of each text (for reports and tests)."""
+    out = []
+    for text in texts:
+        found = read_numbers(text)
+        out.append(found.pool if found is not None else frozenset())
+    return out

@@ -1,0 +1,316 @@
+"""The calibrated alignment decision: negatives from the corpus, the threshold, p_translation.
+
+Real pairs (Multi30k en–de) with junk injected at 25% and 50% go through ``clean``; the junk
+is caught and the real pairs kept whatever the junk share, the report estimates that share,
+and cleaning a cleaned dataset again removes almost nothing.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from spr_data import ingest, open_dataset
+from spr_data.outdir import REJECTS_DIR
+from spr_data.pipeline.clean import CleanReport, clean
+from spr_data.qa.align import (
+    NEGATIVE_KINDS,
+    SCORE_EDGES,
+    AlignerOptions,
+    LexicalAligner,
+    calibrate,
+    p_translation,
+    synthetic_negatives,
+)
+
+Pair = tuple[str, str]
+
+
+def multi30k_pairs(corpora: Path, n: int) -> list[Pair]:
+    base = corpora / "parallel/multi30k"
+    en = gzip.decompress((base / "train.en.gz").read_bytes()).decode().split("\n")
+    de = gzip.decompress((base / "train.de.gz").read_bytes()).decode().split("\n")
+    return [(s, t.replace("\t", " ")) for s, t in zip(en[:n], de[:n], strict=True)]
+
+
+def first_quarter(text: str) -> str:
+    words = text.split()
+    return " ".join(words[:max(1, len(words) // 4)])
+
+
+def with_junk(pairs: list[Pair], share: float, seed: int) -> tuple[list[Pair], list[str]]:
+    """``share`` of the rows replaced by junk: re-paired, shifted blocks, partial targets."""
+    rng = random.Random(seed)
+    out, kinds = list(pairs), ["real"] * len(pairs)
+    rows = list(range(len(pairs) - 1))
+    rng.shuffle(rows)
+    budget = int(share * len(pairs))
+    for i in rows:
+        if budget <= 0:
+            break
+        if kinds[i] != "real" or kinds[i + 1] != "real":
+            continue
+        kind = ("repaired", "shifted", "partial")[rng.randrange(3)]
+        if kind == "repaired":
+            out[i] = (pairs[i][0], pairs[rng.randrange(len(pairs))][1])
+        elif kind == "partial":
+            out[i] = (pairs[i][0], first_quarter(pairs[i][1]))
+        else:
+            out[i] = (pairs[i][0], pairs[i + 1][1])  # a line of a Moses file off by one
+        kinds[i] = kind
+        budget -= 1
+    return out, kinds
+
+
+def dataset_of(pairs: list[Pair], root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "c.en").write_text("".join(s + "\n" for s, _ in pairs))
+    (root / "c.de").write_text("".join(t + "\n" for _, t in pairs))
+    ingest([root / "c.en", root / "c.de"], root / "ds", shard_rows=5000)
+    return root / "ds"
+
+
+def rejected_rows(out: Path) -> dict[int, str]:
+    rejects = open_dataset(out / REJECTS_DIR)
+    table = rejects.take(np.arange(len(rejects)))
+    return dict(zip(table.column("id").to_pylist(), table.column("reason").to_pylist(),
+                    strict=True))
+
+
+def row_of_id(dataset: Path) -> dict[int, int]:
+    ds = open_dataset(dataset)
+    return {int(i): k for k, i in enumerate(ds.take(np.arange(len(ds))).column("id").to_pylist())}
+
+
+# ---------------------------------------------------------------------------------------------
+# Negatives
+
+
+def test_negatives_are_of_every_kind_seeded_and_never_a_corpus_pair(corpora: Path):
+    pairs = multi30k_pairs(corpora, 3000)
+    src = pa.array([s for s, _ in pairs])
+    tgt = pa.array([t for _, t in pairs])
+    neg = synthetic_negatives(src, tgt, share=0.05, seed=7)
+    counts = neg.counts()
+    assert set(counts) == set(NEGATIVE_KINDS)
+    assert all(n >= 0.8 * 0.05 * len(pairs) for n in counts.values()), counts
+    again = synthetic_negatives(src, tgt, share=0.05, seed=7)
+    assert neg.src.equals(again.src) and neg.tgt.equals(again.tgt)
+    assert not neg.tgt.equals(synthetic_negatives(src, tgt, share=0.05, seed=8).tgt)
+    corpus = set(pairs)
+    made = list(zip(neg.src.to_pylist(), neg.tgt.to_pylist(), strict=True))
+    assert not corpus & set(made)
+    target_of = dict(pairs)
+    for (s, t), kind in zip(made, neg.kinds.tolist(), strict=True):
+        if NEGATIVE_KINDS[kind] == "truncated_tgt":
+            assert target_of[s].startswith(t) and len(t) <= 0.7 * len(target_of[s])
+
+
+# ---------------------------------------------------------------------------------------------
+# The threshold on generated scores: known mixtures
+
+
+@pytest.mark.parametrize("share", [0.0, 0.1, 0.25, 0.5])
+def test_calibration_holds_at_any_junk_share(share: float):
+    rng = np.random.default_rng(3)
+    n = 40_000
+    junk = int(share * n)
+    real = rng.normal(-1.5, 0.4, n - junk)
+    corpus = np.concatenate([real, rng.normal(-4.0, 0.7, junk)])
+    negatives = rng.normal(-4.0, 0.7, 8000)
+    cal = calibrate(corpus, negatives, negative_recall=0.98, max_real_reject=0.02)
+    assert abs(cal.misaligned_share - share) <= 0.03
+    # where junk and real pairs part, the threshold is that of the negatives alone; without
+    # junk, it falls to where a pair would be more likely junk than not: nothing is lost
+    if share:
+        assert cal.threshold == pytest.approx(np.quantile(negatives, 0.98), abs=0.05)
+        assert np.mean(real < cal.threshold) <= 0.02
+        assert np.mean(corpus[n - junk:] < cal.threshold) >= 0.97
+    else:
+        assert cal.threshold < np.quantile(negatives, 0.98) and np.mean(real < cal.threshold) == 0
+    p = np.asarray(cal.p_translation)
+    assert p.size == SCORE_EDGES.size and np.all(np.diff(p) >= 0) and 0 <= p[0] <= p[-1] <= 1
+    assert p_translation(np.array([np.median(real)]), cal.p_translation)[0] > 0.9
+    if share:
+        assert p_translation(np.array([-4.0]), cal.p_translation)[0] < 0.5
+    assert p_translation(np.array([-np.inf]), cal.p_translation)[0] == 0.0
+
+
+def test_threshold_steps_back_when_negatives_overlap_real_pairs():
+    """A model too weak to tell them apart: the estimated real-pair loss caps the threshold."""
+    rng = np.random.default_rng(4)
+    real = rng.normal(-1.5, 0.4, 30_000)
+    corpus = np.concatenate([real, rng.normal(-2.6, 0.5, 10_000)])
+    negatives = rng.normal(-2.6, 0.5, 8000)
+    cal = calibrate(corpus, negatives, negative_recall=0.98, max_real_reject=0.02)
+    assert cal.threshold < np.quantile(negatives, 0.9)
+    assert np.mean(real < cal.threshold) <= 0.03
+    assert cal.real_rejected <= 0.02 and 0.5 < cal.negatives_rejected < 0.9
+    assert abs(cal.misaligned_share - 0.25) <= 0.03
+
+
+def test_calibration_needs_scores():
+    from spr_data import InputError
+
+    with pytest.raises(InputError, match=r"align\.min_score"):
+        calibrate(np.zeros(10), np.full(5, -np.inf), negative_recall=0.98,
+                  max_real_reject=0.02)
+
+
+# ---------------------------------------------------------------------------------------------
+# Both directions count
+
+
+def test_a_target_that_translates_a_quarter_scores_low(corpora: Path):
+    pairs = multi30k_pairs(corpora, 20_000)
+    src = pa.array([s for s, _ in pairs])
+    tgt = pa.array([t for _, t in pairs])
+    model = LexicalAligner.train(src, tgt, AlignerOptions("en", "de"))
+    rows = pa.array(np.arange(0, len(pairs), 20))
+    s, t = src.take(rows), tgt.take(rows)
+    partial = pa.array([first_quarter(x) for x in t.to_pylist()])
+    fwd, bwd = model.score_directions(s, partial)
+    # the quarter is explained by the source; the source is not explained by the quarter
+    assert np.median(fwd) > np.median(bwd) + 1.0
+    real, cut = model.score(s, t), model.score(s, partial)
+    assert np.mean(cut < np.quantile(real, 0.02)) >= 0.95
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end: junk at 25% and 50%, and a second clean of the output
+
+
+@pytest.fixture(scope="module")
+def runs(corpora: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    root = tmp_path_factory.mktemp("calibration")
+    pairs = multi30k_pairs(corpora, 29_000)
+    out: dict[str, object] = {}
+    for share in (0.25, 0.5):
+        mixed, kinds = with_junk(pairs, share, seed=int(share * 100))
+        ds = dataset_of(mixed, root / f"j{share}")
+        report = clean(ds, root / f"j{share}/out", workers=1)
+        out[f"junk{share}"] = (ds, kinds, report)
+    return out
+
+
+@pytest.mark.parametrize("share", [0.25, 0.5])
+def test_junk_is_caught_and_real_pairs_kept_at_any_share(runs: dict[str, object], share: float):
+    ds, kinds, report = runs[f"junk{share}"]  # type: ignore[misc]
+    assert isinstance(report, CleanReport)
+    rejected = rejected_rows(report.out)
+    where = row_of_id(ds)
+    caught = np.zeros(len(kinds), bool)
+    caught[[where[i] for i in rejected]] = True
+    labels = np.asarray(kinds)
+    # the old 2% quantile caught 0.30 at 25% and 0.12 at 50%. Measured here: all kinds
+    # 0.93-1.00 at 25%; at 50% cut targets 1.00 but re-paired and shifted ones 0.59 — the
+    # estimated loss of real pairs (which caps the threshold) comes out 2.0% where it is 0.3%:
+    # the conservative side of a mixture estimate, see README
+    low = 0.9 if share < 0.5 else 0.5
+    for kind in ("repaired", "shifted", "partial"):
+        assert caught[labels == kind].mean() >= (0.95 if kind == "partial" else low), (
+            kind, caught[labels == kind].mean())
+    assert caught[labels == "real"].mean() <= 0.025
+    align = report.align
+    assert align is not None and align["method"] == "calibrated" and not align["warnings"]
+    # of the rows that reached align (rules take most cut targets first, so the share there
+    # is 0.18 and 0.40)
+    assert share / 2 <= align["estimated_misaligned_share"] <= share + 0.05
+
+
+def test_report_and_columns_carry_the_calibration(runs: dict[str, object]):
+    _, _, report = runs["junk0.25"]  # type: ignore[misc]
+    assert isinstance(report, CleanReport)
+    data = json.loads((report.out / "report.json").read_text())
+    align = data["align"]
+    hist = align["histograms"]
+    assert len(hist["edges"]) == len(hist["corpus"]) + 1 == len(hist["negatives"]) + 1
+    assert sum(hist["negatives"]) == align["negatives"]["count"] > 0
+    assert set(align["negatives"]["kinds"]) == set(NEGATIVE_KINDS)
+    decided = sum(hist["kept"]) + sum(hist["rejected_low_alignment"]) + sum(
+        hist["rejected_other"])
+    assert sum(hist["kept"]) == data["rows_kept"]
+    assert decided <= data["rows_in"]  # pairs with an empty side have no finite score
+    assert sum(hist["rejected_low_alignment"]) >= data["by_reason"]["low_alignment"]
+    for directory in (report.out, report.out / REJECTS_DIR):
+        table = open_dataset(directory).take(np.arange(200))
+        p = table.column("p_translation").to_numpy()
+        assert p.dtype == np.float32 and np.all((p >= 0) & (p <= 1))
+    kept_p = open_dataset(report.out).take(np.arange(1000)).column("p_translation").to_numpy()
+    rejects = open_dataset(report.out / REJECTS_DIR)
+    low = [r["p_translation"] for r in rejects.take(np.arange(len(rejects))).to_pylist()
+           if r["reason"] == "low_alignment"]
+    assert np.median(kept_p) > 0.9 > np.median(low)
+
+
+def test_cleaning_a_cleaned_dataset_again_removes_almost_nothing(corpora: Path,
+                                                                 tmp_path: Path):
+    """The real corpus as it is: cleaned, then cleaned again (measured: 0.2% the second time;
+    the old 2% quantile removed 2% each time)."""
+    ds = dataset_of(multi30k_pairs(corpora, 29_000), tmp_path / "real")
+    once = clean(ds, tmp_path / "once", workers=1)
+    assert once.by_reason.get("low_alignment", 0) <= 0.01 * once.rows_in
+    again = clean(tmp_path / "once", tmp_path / "again", workers=1)
+    assert again.rows_in == once.rows_kept
+    assert again.rows_rejected <= 0.003 * again.rows_in, again.by_reason
+
+
+def test_a_second_clean_of_a_dirty_corpus_takes_leftover_junk_not_real_pairs(
+        runs: dict[str, object], tmp_path: Path):
+    ds, kinds, report = runs["junk0.25"]  # type: ignore[misc]
+    assert isinstance(report, CleanReport) and isinstance(ds, Path)
+    again = clean(report.out, tmp_path / "again", workers=1)
+    where = row_of_id(ds)
+    labels = [kinds[where[i]] for i in rejected_rows(again.out)]  # type: ignore[index]
+    assert labels.count("real") <= 0.003 * again.rows_in, Counter(labels)
+
+
+def test_an_explicit_quantile_is_the_old_rule_with_a_warning(corpora: Path, tmp_path: Path):
+    ds = dataset_of(multi30k_pairs(corpora, 4000), tmp_path / "q")
+    recipe = tmp_path / "q.toml"
+    recipe.write_text("[align]\nquantile = 0.02\n")
+    report = clean(ds, tmp_path / "q/out", recipe=recipe, workers=1)
+    assert report.align is not None and report.align["method"] == "quantile"
+    assert "align.quantile" in report.align["warnings"][0]
+    assert report.by_reason.get("low_alignment", 0) == pytest.approx(0.02 * report.rows_in,
+                                                                     rel=0.2)
+    fixed = tmp_path / "m.toml"
+    fixed.write_text("[align]\nmin_score = -2.5\n")
+    report = clean(ds, tmp_path / "q/fixed", recipe=fixed, workers=1)
+    assert report.align is not None and report.align["method"] == "min_score"
+    assert report.align["threshold"] == -2.5 and not report.align["warnings"]
+
+
+def test_calibrated_output_is_identical_for_any_number_of_workers(runs: dict[str, object],
+                                                                  tmp_path: Path):
+    """Negatives are seeded and thresholds fixed before the parallel decide step."""
+    ds, _, report = runs["junk0.25"]  # type: ignore[misc]
+    assert isinstance(report, CleanReport) and isinstance(ds, Path)
+    clean(ds, tmp_path / "two", workers=2)
+    for sub in ("", REJECTS_DIR):
+        one = json.loads((report.out / sub / "manifest.json").read_text())
+        two = json.loads((tmp_path / "two" / sub / "manifest.json").read_text())
+        assert one["shards"] == two["shards"]
+
+
+def test_a_corpus_too_small_for_negatives_needs_a_threshold_set_by_hand(tmp_path: Path):
+    from spr_data import InputError
+
+    pairs = [("A dog runs.", "Ein Hund rennt."), ("Two cats sleep.", "Zwei Katzen schlafen."),
+             ("A man sings.", "Ein Mann singt."), ("The girl reads.", "Das Mädchen liest."),
+             ("A boy jumps.", "Ein Junge springt.")]
+    ds = dataset_of(pairs, tmp_path / "tiny")
+    with pytest.raises(InputError, match=r"align\.min_score"):
+        clean(ds, tmp_path / "tiny/out", workers=1)
+    fixed = tmp_path / "m.toml"
+    fixed.write_text("[align]\nmin_score = -6.0\n")
+    report = clean(ds, tmp_path / "tiny/fixed", recipe=fixed, workers=1)
+    assert report.align is not None and report.align["method"] == "min_score"
+    assert json.loads((report.out / "report.json").read_text())["align"]["negatives_rejected"] == 0

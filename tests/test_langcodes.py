@@ -1,0 +1,123 @@
+"""Language codes are checked where they enter, and a typo is refused with what it meant."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spr_data import ingest
+from spr_data.langcodes import _COUNTRY_LANGUAGE, LanguageCodeError, check_lang, problem, suggest
+from spr_data.pipeline.sources import parse_langs
+from spr_data.qa.scripts import normalize_lang
+from tests.conftest import run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("code", [
+    "en", "de", "bn", "zh", "EN", "eng", "deu", "ger", "cmn", "yue", "fil", "ceb", "und", "mul",
+    "zh-Hant", "zh-Hans-CN", "zh_CN", "pt-BR", "sr-Latn-RS", "es-419", "de-CH-1996",
+    "ca-valencia", "zh-yue", "en-x-private", "iw", "sh", "als", "sla",
+])
+def test_real_codes_and_tags_are_accepted(code: str):
+    assert problem(code) is None
+    assert check_lang(code) == code
+
+
+@pytest.mark.parametrize(("code", "meant"), [
+    ("ge", "de"),   # the typo of the issue: de one key away
+    ("jp", "ja"),   # a country code for the language
+    ("cn", "zh"),
+    ("gr", "el"),
+    ("dw", "de"),
+    ("englsh", None),
+])
+def test_a_wrong_code_is_refused_with_a_hint(code: str, meant: str | None):
+    why = problem(code)
+    assert why is not None and repr(code) in why
+    if meant is not None:
+        assert meant in suggest(code), suggest(code)
+        assert "did you mean" in why and f"{meant} (" in why
+
+
+@pytest.mark.parametrize(("tag", "part"), [
+    ("zh-Hnat", "'Hnat' is not a script"), ("pt-BX", "'BX' is not a region"),
+    ("en-", "empty subtag"), ("en-US-GB", "two region"), ("en-x", "private-use"),
+    ("e1", "not a language code"),
+])
+def test_bad_subtags_are_named(tag: str, part: str):
+    why = problem(tag)
+    assert why is not None and part in why, why
+
+
+def test_suggestions_are_ranked_by_how_common_the_language_is():
+    """``ge`` is one edit from many codes; German (lid.176's third most common language) comes
+    before Hebrew and Belarusian, and each language once (de, not also deu and ger)."""
+    near = suggest("ge", limit=5)
+    assert near[0] == "ka"  # GE is Georgia's country code
+    assert near.index("de") < near.index("he")
+    names = {normalize_lang(c) for c in near}
+    assert len(names) == len(near)
+
+
+def test_country_hints_are_for_codes_that_are_no_language_codes():
+    for country, lang in _COUNTRY_LANGUAGE.items():
+        assert problem(country) is not None, country
+        assert problem(lang) is None, lang
+
+
+def test_every_language_the_lid_stage_knows_is_accepted():
+    """The codes normalize_lang and the script table know (what clean compares with) pass."""
+    from spr_data.qa.scripts import LANGUAGE_SCRIPTS
+
+    assert [c for c in LANGUAGE_SCRIPTS if problem(c) is not None] == []
+
+
+def test_parse_langs_checks_each_code():
+    assert parse_langs("en-de") == ["en", "de"]
+    assert parse_langs("en,sr-Latn-RS") == ["en", "sr-Latn-RS"]
+    with pytest.raises(LanguageCodeError, match=r"did you mean ka .*de"):
+        parse_langs("en-ge")
+
+
+def test_ingest_refuses_a_typo_in_langs_before_writing(corpora: Path, tmp_path: Path):
+    en = corpora / "parallel/opennmt_wmt_en-de.train.en.gz"
+    de = corpora / "parallel/opennmt_wmt_en-de.train.de.gz"
+    result = run_cli("ingest", en, de, "--langs", "en-ge", "--out", tmp_path / "ds")
+    assert result.exit_code == 2
+    assert "'ge' is not a language code" in result.stderr and "de (German)" in result.stderr
+    assert not (tmp_path / "ds").exists()
+    with pytest.raises(LanguageCodeError, match="--lang"):
+        ingest([corpora / "mono/ben_wiki_sipc.txt.gz"], tmp_path / "m", langs=["bq"])
+
+
+def test_a_wrong_code_in_a_file_name_is_refused(tmp_path: Path):
+    (tmp_path / "train.en").write_text("Hello\n")
+    (tmp_path / "train.ge").write_text("Hallo\n")
+    with pytest.raises(LanguageCodeError, match=r"train\.en .*pass --langs"):
+        ingest([tmp_path / "train.en", tmp_path / "train.ge"], tmp_path / "ds")
+    summary = ingest([tmp_path / "train.en", tmp_path / "train.ge"], tmp_path / "ds",
+                     langs=["en", "de"])
+    assert summary.langs == ["en", "de"] and summary.rows == 1
+
+
+def test_the_table_is_generated_from_what_it_says():
+    """tools/gen_language_codes.py --check: the shipped table is what the generator makes
+    (skipped where Debian's iso-codes are not installed)."""
+    if not Path("/usr/share/iso-codes/json/iso_639-3.json").is_file():
+        pytest.skip("iso-codes not installed")
+    done = subprocess.run([sys.executable, str(ROOT / "tools/gen_language_codes.py"),
+                           "--check"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_side_suffixes_are_no_languages(tmp_path: Path):
+    """train.src + train.tgt name the sides: the rows are not labelled Logudorese Sardinian
+    (ISO 639-3 ``src``), which clean would then expect."""
+    (tmp_path / "train.src").write_text("Hello world\n")
+    (tmp_path / "train.tgt").write_text("Hallo Welt\n")
+    summary = ingest([tmp_path / "train.src", tmp_path / "train.tgt"], tmp_path / "ds")
+    assert summary.langs == ["und", "und"] and summary.rows == 1

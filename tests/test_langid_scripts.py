@@ -1,0 +1,239 @@
+"""Same-script wrong languages, mojibake, foreign letters and short sides, on real text.
+
+Japanese on a Chinese side (short ones too), Chinese on a Japanese side, Cantonese where the
+recipe does not allow it, Hangul; UTF-8 read as cp1252; Common-script letters that belong to
+no language; a target cut to a quarter of the translation. Each check also runs over real
+pairs of the same languages, which must pass.
+"""
+
+from __future__ import annotations
+
+import gzip
+import random
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from spr_data.qa.langid import LangIdStage
+from spr_data.qa.rules import LengthRatioFit, RulesStage, mojibake_score
+from spr_data.recipe import LangIdConfig, RulesConfig
+
+
+def _lines(path: Path) -> list[str]:
+    data = path.read_bytes()
+    if path.suffix == ".gz":
+        data = gzip.decompress(data)
+    return [x.rstrip("\r") for x in data.decode("utf-8").removeprefix("\ufeff").split("\n")[:-1]]
+
+
+def _cmn(corpora: Path) -> list[tuple[str, str]]:
+    rows = [x.split("\t") for x in _lines(corpora / "parallel/tatoeba_manythings_eng-cmn.tsv.gz")]
+    return [(r[0], r[1]) for r in rows if len(r) >= 2]
+
+
+def _laser(corpora: Path, lang: str) -> list[tuple[str, str]]:
+    base = corpora / "parallel/tatoeba_laser"
+    return list(zip(_lines(base / f"tatoeba.{lang}-eng.eng"),
+                    _lines(base / f"tatoeba.{lang}-eng.{lang}"), strict=True))
+
+
+def _ntrex(corpora: Path, lang: str) -> list[str]:
+    return _lines(corpora / f"multiparallel/ntrex128/newstest2019-ref.{lang}.txt.gz")
+
+
+def _langid(src: list[str], tgt: list[str], langs: list[str], **config: object) -> dict:
+    batch = pa.record_batch({"src": pa.array(src), "tgt": pa.array(tgt)})
+    out = LangIdStage(LangIdConfig(**config), ("src", "tgt"), langs).apply(batch)  # type: ignore[arg-type]
+    return {"rejects": dict(out.rejects), "columns": out.columns}
+
+
+def test_japanese_on_a_chinese_side_is_caught_short_or_long(corpora: Path):
+    japanese = [t for _, t in _laser(corpora, "jpn")]
+    english = [s for s, _ in _cmn(corpora)][: len(japanese)]
+    wrong = _langid(english, japanese, ["en", "zh"])["rejects"]["wrong_lang_tgt"]
+    short = np.array([len(t) < 20 for t in japanese])
+    assert short.sum() > 500  # most Tatoeba sentences are short: fastText alone skipped them
+    assert wrong[short].mean() >= 0.99 and wrong[~short].mean() >= 0.99
+
+
+def test_real_chinese_is_kept_though_fasttext_calls_short_mandarin_japanese(corpora: Path):
+    pairs = _cmn(corpora)
+    out = _langid([s for s, _ in pairs], [t for _, t in pairs], ["en", "zh"])
+    assert out["rejects"]["wrong_lang_tgt"].mean() < 0.001
+
+
+def test_fasttext_guesses_in_another_script_are_not_trusted(corpora: Path):
+    """Microtopia's Weibo side: fastText calls some pure-Han Mandarin German (p 0.99) or
+    French, and some Mandarin Cantonese; a guess needs its script (and for Cantonese one of
+    its characters) on the page. What is left is Cantonese tweets."""
+    path = corpora / "parallel/microtopia_en-zh/microtopia.train.en-zh.gz"
+    pairs = [x.split(" ||| ")[:2] for x in _lines(path) if " ||| " in x]
+    out = _langid([s for s, _ in pairs], [t for _, t in pairs], ["en", "zh"])
+    wrong = out["rejects"]["wrong_lang_tgt"]
+    labels = np.array(out["columns"]["lid_tgt"].to_pylist(), dtype=object)
+    assert wrong.sum() <= 8
+    assert set(labels[wrong]) <= {"yue", "de", "en"}
+
+
+def test_chinese_on_a_japanese_side_without_kana(corpora: Path):
+    chinese = _ntrex(corpora, "zho-CN")
+    english = _ntrex(corpora, "eng-US")
+    wrong = _langid(english, chinese, ["en", "ja"])["rejects"]["wrong_lang_tgt"]
+    assert wrong.mean() >= 0.95
+    real = _laser(corpora, "jpn")
+    kept = _langid([s for s, _ in real], [t for _, t in real], ["en", "ja"])
+    assert kept["rejects"]["wrong_lang_tgt"].mean() <= 0.002
+
+
+CANTONESE = ["佢哋喺度食緊飯。", "我唔知佢講咩。", "你食咗飯未呀？", "呢啲嘢好平㗎。"]
+MANDARIN = ["他们在吃饭。", "我不知道他说什么。", "你吃饭了吗？", "这些东西很便宜。"]
+
+
+def test_cantonese_only_where_the_recipe_allows_it():
+    english = ["They are eating.", "I don't know what he said.", "Have you eaten?", "Cheap."]
+    out = _langid(english * 2, CANTONESE + MANDARIN, ["en", "zh"])
+    wrong = out["rejects"]["wrong_lang_tgt"]
+    assert wrong.tolist() == [True] * 4 + [False] * 4
+    assert out["columns"]["lid_tgt"].to_pylist()[:4] == ["yue"] * 4
+    allowed = _langid(english, CANTONESE, ["en", "zh"], aliases={"zh": ["zh", "yue"]})
+    assert not allowed["rejects"]["wrong_lang_tgt"].any()
+
+
+def test_hangul_on_a_chinese_side(corpora: Path):
+    korean = _ntrex(corpora, "kor")[:200]
+    wrong = _langid(_ntrex(corpora, "eng-US")[:200], korean, ["en", "zh"])
+    assert wrong["rejects"]["wrong_lang_tgt"].all()
+
+
+def test_rows_the_rules_rejected_are_not_asked(corpora: Path):
+    pairs = _cmn(corpora)[-400:]
+    batch = pa.record_batch({"src": pa.array([s for s, _ in pairs]),
+                             "tgt": pa.array([t for _, t in pairs])})
+    rejected = np.zeros(len(pairs), dtype=bool)
+    rejected[::2] = True
+    stage = LangIdStage(LangIdConfig(), ("src", "tgt"), ["en", "zh"])
+    out = stage.apply_after(batch, rejected)
+    labels = np.array(out.columns["lid_src"].to_pylist(), dtype=object)
+    assert all(x is None for x in labels[rejected])
+    assert all(x == "en" for x in labels[~rejected])
+
+
+def _rules(src: list[str], tgt: list[str], langs: list[str], config: RulesConfig | None = None):
+    batch = pa.record_batch({"src": pa.array(src), "tgt": pa.array(tgt)})
+    return RulesStage(config or RulesConfig(), ("src", "tgt"), langs).apply(batch)
+
+
+def test_mojibake_is_caught_and_real_text_is_not(corpora: Path):
+    for lang in ("fra", "deu", "tur", "vie", "rus", "zho-CN", "ben", "hin"):
+        real = _ntrex(corpora, lang)
+        assert (mojibake_score(pa.array(real)) >= 1).sum() == 0, lang
+        broken = [t.encode("utf-8").decode("cp1252", errors="replace") for t in real]
+        changed = np.array([a != b for a, b in zip(real, broken, strict=True)])
+        caught = mojibake_score(pa.array(broken)) >= 1
+        assert caught[changed].mean() >= 0.97, lang
+    assert mojibake_score(pa.array(["Fuß“ und Spaß“", "«café»", "SÃO PAULO"])).max() < 1
+
+
+def test_mojibake_is_a_reason_of_the_rules_stage():
+    out = _rules(["Good morning, café!"] * 2, ["Guten Morgen, café!", "Guten Morgen, cafÃ©!"],
+                 ["en", "de"])
+    assert dict(out.rejects)["mojibake_tgt"].tolist() == [False, True]
+
+
+def test_common_letters_of_no_language_count_against_the_script():
+    """ˆ ˇ ˉ (cp1252 mojibake of 0x88...) are Common-script letters, not Han; ー is kana."""
+    out = _rules(["Hello there."] * 3, ["ˆˇˉˆˇˉˆˇ好", "你好。", "コーヒー"], ["en", "zh"])
+    share = out.columns["tgt_script_share"].to_numpy()
+    assert share[0] < 0.5 and share[1] == 1.0
+    ja = _rules(["Coffee."], ["コーヒー"], ["en", "ja"])
+    assert ja.columns["tgt_script_share"].to_numpy()[0] == 1.0
+
+
+def test_a_target_cut_to_a_quarter_is_caught_and_real_pairs_are_not(corpora: Path):
+    rng = random.Random(5)
+    pairs = rng.sample(_cmn(corpora), 6000)
+    # a quarter of a target under 8 characters is one character: no length can tell
+    cut = set(rng.sample([i for i, (_, t) in enumerate(pairs) if len(t) >= 8], 1500))
+    tgt = [t[: max(1, len(t) // 4)] if i in cut else t for i, (_, t) in enumerate(pairs)]
+    out = _rules([s for s, _ in pairs], tgt, ["en", "zh"])
+    ratio = dict(out.rejects)["length_ratio"]
+    partial = np.zeros(len(pairs), dtype=bool)
+    partial[sorted(cut)] = True
+    assert ratio[partial].mean() >= 0.95
+    assert ratio[~partial].mean() <= 0.01
+    # the old smoothing (8 characters on each side) hid most of them
+    old = RulesConfig(length_ratio_smoothing=8.0, length_ratio_z=1e9)
+    hidden = dict(_rules([s for s, _ in pairs], tgt, ["en", "zh"], old).rejects)["length_ratio"]
+    assert hidden[partial].mean() < 0.5
+
+
+@pytest.mark.parametrize("lang", ["deu", "ben", "zho-CN"])
+def test_the_length_ratio_fit_is_measured_on_the_corpus(corpora: Path, lang: str):
+    """NTREX: German runs longer than English, Chinese shorter; the fit finds each centre."""
+    en, other = _ntrex(corpora, "eng-US"), _ntrex(corpora, lang)
+    out = _rules(en, other, ["en", {"deu": "de", "ben": "bn", "zho-CN": "zh"}[lang]])
+    z = out.columns["length_ratio_z"].to_numpy()
+    assert abs(float(np.median(z))) < 0.2
+    assert dict(out.rejects)["length_ratio"].mean() < 0.01
+
+
+def test_a_small_batch_uses_the_prior():
+    fit = LengthRatioFit.of(np.array([10.0, 20.0]), np.array([11.0, 19.0]), 1.0)
+    assert (fit.center, fit.floor, fit.per_char) == LengthRatioFit.PRIOR
+
+
+def _mono(texts: list[str], lang: str) -> np.ndarray:
+    batch = pa.record_batch({"text": pa.array(texts)})
+    out = LangIdStage(LangIdConfig(), ("text",), [lang]).apply(batch)
+    return dict(out.rejects)["wrong_lang_text"]
+
+
+def test_hindi_marathi_nepali_on_a_devanagari_side(corpora: Path):
+    """fastText mixes the three up; function words of another and none of its own decide."""
+    hindi, marathi, nepali = (_ntrex(corpora, lang) for lang in ("hin", "mar", "nep"))
+    assert _mono(hindi, "hi").mean() <= 0.01
+    assert _mono(marathi, "mr").mean() <= 0.01
+    assert _mono(nepali, "ne").mean() <= 0.03  # fastText calls some real Nepali Hindi
+    assert _mono(marathi, "hi").mean() >= 0.8  # fastText alone: 0.57
+    assert _mono(nepali, "hi").mean() >= 0.6  # fastText alone: 0.15
+    assert _mono(hindi, "mr").mean() >= 0.95 and _mono(hindi, "ne").mean() >= 0.95
+
+
+def test_clean_end_to_end_script_evidence_and_no_fasttext_for_rule_rejects(corpora: Path,
+                                                                          tmp_path: Path):
+    """Through ingest and clean: Japanese and mojibake targets rejected with their reasons,
+    and the rows the rules rejected carry no fastText label (it was not asked)."""
+    from spr_data import ingest, open_dataset
+    from spr_data.outdir import REJECTS_DIR
+    from spr_data.pipeline.clean import clean
+
+    real = _cmn(corpora)[-300:]
+    japanese = _laser(corpora, "jpn")[:20]
+    broken = [(s, t.encode("utf-8").decode("cp1252", errors="replace")) for s, t in real[:20]]
+    pairs = real + japanese + broken
+    (tmp_path / "c.en").write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
+    (tmp_path / "c.zh").write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    ingest([tmp_path / "c.en", tmp_path / "c.zh"], tmp_path / "ds", langs=["en", "zh"])
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('stages = ["normalize", "rules", "langid"]\n', encoding="utf-8")
+    clean(tmp_path / "ds", tmp_path / "out", recipe=recipe, workers=1)
+    rejects = open_dataset(tmp_path / "out" / REJECTS_DIR)
+    rows = rejects.take(range(len(rejects))).to_pylist()
+    by_line = {r["origin"]["line"]: r for r in rows}
+    for line in range(301, 321):  # Japanese, one-based lines after the 300 real pairs
+        assert "wrong_lang_tgt" in by_line[line]["reasons"], by_line.get(line)
+    for line in range(321, 341):
+        assert "mojibake_tgt" in by_line[line]["reasons"], by_line[line]
+        assert by_line[line]["lid_tgt"] is None  # rejected by the rules: fastText not asked
+    assert len([r for r in rows if r["origin"]["line"] <= 300]) <= 3
+
+
+def test_chinese_and_japanese_on_a_korean_side(corpora: Path):
+    english = _ntrex(corpora, "eng-US")
+    for lang in ("zho-CN", "jpn"):
+        wrong = _langid(english, _ntrex(corpora, lang), ["en", "ko"])["rejects"]["wrong_lang_tgt"]
+        assert wrong.mean() >= 0.99, lang
+    real = _langid(english, _ntrex(corpora, "kor"), ["en", "ko"])["rejects"]["wrong_lang_tgt"]
+    assert real.mean() <= 0.002
