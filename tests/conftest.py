@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import gzip
 import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +51,21 @@ def multi30k_ds(corpora: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
     ingest([root / "train.en", root / "train.de"], root / "ds", langs=["en", "de"],
            shard_rows=8000)
     return root / "ds"
+
+
+@contextmanager
+def small_tmpfs(mnt: Path, size: str) -> Iterator[Path]:
+    """A real tmpfs of ``size`` mounted at ``mnt`` (root, Linux) for full-disk tests; the test
+    is skipped where the machine does not let us mount one."""
+    mnt.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
+                             capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
 
 
 @dataclass

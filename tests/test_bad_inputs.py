@@ -8,7 +8,6 @@ import gzip
 import json
 import lzma
 import os
-import subprocess
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,7 +17,7 @@ import zstandard
 
 from spr_data import OutputError, ingest, open_dataset, verify_dataset
 from spr_data.outdir import REJECTS_DIR
-from tests.conftest import run_cli
+from tests.conftest import run_cli, small_tmpfs
 
 
 def write(path: Path, data: bytes) -> Path:
@@ -314,20 +313,13 @@ def test_full_disk_injected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 def test_full_disk_on_a_real_small_filesystem(tmp_path: Path):
     """The same on a real 1 MiB tmpfs, where the machine lets us mount one (root, Linux)."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-                             capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
+    with small_tmpfs(tmp_path / "small", "1m") as mnt:
         src = write(tmp_path / "c.tsv", big_text(100000))  # ~3.5 MB
         result = run_cli("ingest", src, "--out", mnt / "ds", "--shard-bytes", "256K")
         assert result.exit_code == 1 and "no space left" in result.stderr
         assert str(mnt / "ds") in result.stderr
         assert not (mnt / "ds").exists()
-    finally:
-        subprocess.run(["umount", str(mnt)], check=True)
+
 
 
 def test_existing_dataset_is_replaced_only_with_overwrite(tmp_path: Path):

@@ -41,6 +41,13 @@ def big_tsv(corpora: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def _run_args(command: str, big_tsv: Path, dataset: Path, out: Path) -> list[object]:
+    """The arguments of a run long enough to race: an ingest of the big TSV or a clean."""
+    if command == "ingest":
+        return [command, big_tsv, "--out", out, "--langs", "en-de"]
+    return [command, dataset, "--out", out, "--workers", "2"]
+
+
 def _start(*args: object) -> subprocess.Popen[str]:
     return subprocess.Popen([*SPR_DATA, *map(str, args)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -69,8 +76,7 @@ def _wait_for_lock(out: Path, proc: subprocess.Popen[str]) -> dict[str, object]:
 def test_a_second_run_into_a_locked_out_exits_2_naming_the_holder(
         command: str, big_tsv: Path, multi30k_ds: Path, tmp_path: Path):
     out = tmp_path / "out"
-    args = ([command, big_tsv, "--out", out, "--langs", "en-de"] if command == "ingest"
-            else [command, multi30k_ds, "--out", out, "--workers", "2"])
+    args = _run_args(command, big_tsv, multi30k_ds, out)
     first = _start(*args)
     try:
         record = _wait_for_lock(out, first)
@@ -93,8 +99,7 @@ def test_a_second_run_into_a_locked_out_exits_2_naming_the_holder(
 def test_two_runs_started_together_one_wins_and_the_result_verifies(
         command: str, big_tsv: Path, multi30k_ds: Path, tmp_path: Path):
     out = tmp_path / "out"
-    args = ([command, big_tsv, "--out", out, "--langs", "en-de"] if command == "ingest"
-            else [command, multi30k_ds, "--out", out, "--workers", "2"])
+    args = _run_args(command, big_tsv, multi30k_ds, out)
     runs = [_start(*args), _start(*args)]
     results = [(p.wait(timeout=300), p.communicate()[1]) for p in runs]
     codes = sorted(code for code, _ in results)

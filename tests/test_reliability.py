@@ -30,6 +30,7 @@ from spr_data.errors import DatasetError, ReadError
 from spr_data.lock import LOCK_NAME
 from spr_data.reader import LocalFileSystem, RetryPolicy, fetch_verified, is_network_path
 from spr_data.verify import verify_dataset
+from tests.conftest import small_tmpfs
 
 SPR_DATA = [sys.executable, "-m", "spr_data.cli"]
 
@@ -263,13 +264,7 @@ def test_a_checksum_mismatch_is_read_again_uncached_before_it_is_corrupt(tmp_pat
 def test_train_tokenizer_on_a_full_disk_is_one_line_and_leaves_no_temp_file(
         corpora: Path, tmp_path: Path, kind: str):
     """A real 32 KiB tmpfs (root, Linux): the tokenizer does not fit."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", str(mnt)],
-                             capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
+    with small_tmpfs(tmp_path / "small", "32k") as mnt:
         result = subprocess.run(
             [*SPR_DATA, "train-tokenizer", str(corpora / "parallel/multi30k/train.en.gz"),
              "--out", str(mnt / "tok"), "--kind", kind, "--vocab-size", "2000"],
@@ -280,5 +275,4 @@ def test_train_tokenizer_on_a_full_disk_is_one_line_and_leaves_no_temp_file(
         left = sorted(p.name for p in (mnt / "tok").iterdir()) if (mnt / "tok").exists() \
             else []
         assert not [n for n in left if n.endswith(".tmp") or ".tmp." in n], left
-    finally:
-        subprocess.run(["umount", str(mnt)], check=True)
+
