@@ -127,6 +127,37 @@ def test_ctrl_c_prints_one_line_and_the_rerun_resumes(multi30k_ds: Path, tmp_pat
     assert verify_dataset(out).ok
 
 
+_INTERRUPT_AT_START = """
+import os, signal, sys, threading, time
+from spr_data.pipeline.executor import LocalExecutor
+
+def nap(x):
+    time.sleep(1)
+    return x
+
+if __name__ == "__main__":
+    try:
+        with LocalExecutor(2) as executor:
+            tasks = executor.map(nap, [1, 2, 3, 4])
+            threading.Timer(0.05, os.killpg, (0, signal.SIGINT)).start()
+            list(tasks)
+    except KeyboardInterrupt:
+        sys.exit("interrupted")
+"""
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_ctrl_c_while_workers_start_reaches_only_the_parent(tmp_path: Path, attempt: int):
+    """A Ctrl-C in the first instant, while the workers are still importing Python, is the
+    parent's alone: no worker prints "Fatal Python error" or a traceback."""
+    script = tmp_path / "interrupt.py"
+    script.write_text(_INTERRUPT_AT_START)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, start_new_session=True, cwd=Path(__file__).parents[1])
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == ["interrupted"]
+
+
 # --- a share that goes away for a minute ---------------------------------------------------
 
 class _Server:

@@ -31,9 +31,13 @@ def die_with_parent(parent: int) -> None:
     On Linux the kernel sends SIGKILL to the worker when its parent exits (``prctl``
     ``PR_SET_PDEATHSIG``); a parent that died before that was set is caught by ``getppid``.
     Workers ignore SIGINT: the terminal sends it to the whole process group, and the parent,
-    which stops them, is the one that reports it (one line, no worker tracebacks).
+    which stops them, is the one that reports it (one line, no worker tracebacks). A worker
+    starts with SIGINT blocked (``_submit``), so a Ctrl-C while it is still importing stays
+    pending until it is ignored here.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # blocked while this process started: see _submit
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)
@@ -121,7 +125,7 @@ class LocalExecutor:
         queue = iter(enumerate(tasks))
         try:
             for i, task in queue:
-                pending[pool.submit(fn, task)] = i
+                pending[_submit(pool, fn, task)] = i
                 if len(pending) >= self.workers:
                     break
             while pending:
@@ -131,11 +135,24 @@ class LocalExecutor:
                     yield index, future.result()
                     nxt = next(queue, None)
                     if nxt is not None:
-                        pending[pool.submit(fn, nxt[1])] = nxt[0]
+                        pending[_submit(pool, fn, nxt[1])] = nxt[0]
         except BaseException:
             for future in pending:
                 future.cancel()
             raise
+
+
+def _submit(pool: ProcessPoolExecutor, fn: Callable[[T], R], task: T) -> Future[R]:
+    """``pool.submit`` with SIGINT blocked in this thread: ``submit`` is where the pool starts
+    its processes, and a process inherits the signal mask of the thread that started it. A
+    Ctrl-C meanwhile is delivered to this process when the mask is restored."""
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - not POSIX
+        return pool.submit(fn, task)
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        return pool.submit(fn, task)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
