@@ -191,6 +191,10 @@ class AlignConfig:
     min_p_translation: float = _key(0.8, 0.0, 1.0, low_open=True, why=_PROBABILITY)
     #: synthetic negatives of each kind, as a share of the training pairs
     negatives_share: float = _key(0.02, 0.0, 1.0, low_open=True, why=_SHARE)
+    #: reject runs of rows one line out of step (a Moses file that lost a line): a run needs
+    #: this many neighbouring rows whose lines translate each other better than their own;
+    #: 0 turns it off (see :func:`spr_data.qa.align.shifted_runs`)
+    shift_links: int = _key(2, 0, why="0 turns the check off")
     iterations: int = _key(5, 1, why="rounds of EM; 0 leaves the model untrained")
     max_train_pairs: int = _key(300_000, 1)
     seed: int = _key(0, 0)

@@ -80,7 +80,7 @@ def stage_of_reason(reason: str) -> str:
         return "langid"
     if reason in ("duplicate", "too_many_targets"):
         return "dedup"
-    if reason == "low_alignment":
+    if reason in ("low_alignment", "shifted_lines"):
         return "align"
     return "rules"
 
@@ -163,6 +163,14 @@ def reason_lists(n: int, rejects: list[tuple[str, np.ndarray]]) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(offsets), values.cast(pa.string()))
 
 
+def reason_lists_any(n: int, rejects: list[tuple[str, np.ndarray]]) -> np.ndarray:
+    """Per row, whether any of the masks selects it."""
+    hit = np.zeros(n, dtype=bool)
+    for _, mask in rejects:
+        hit |= np.asarray(mask, dtype=bool)
+    return hit
+
+
 def _score_slice(batch: pa.RecordBatch, stages: list[Stage], columns: tuple[str, ...],
                  recipe: Recipe) -> pa.RecordBatch:
     from spr_data.qa.dedup import content_hashes
@@ -221,6 +229,9 @@ class _ShardTask:
     threshold_unseen: float | None = None
     p_table_unseen: tuple[float, ...] | None = None
     trained_ids: str | None = None
+    #: (row id, next row id) of each shifted negative trained on (this source, the next
+    #: target): the model has seen that cross pair, so ``shifted_lines`` does not count it
+    shift_skip_ids: str | None = None
     quarantine: str | None = None
     shard_hash: str = ""
 
@@ -342,6 +353,21 @@ def _decide_task(task: _ShardTask) -> dict[str, Any]:
                      else table.append_column(name, column))
         low_alignment = scores < threshold
         rejects.append(("low_alignment", low_alignment))
+        if task.recipe.align.shift_links:
+            from spr_data.qa.align import shifted_runs
+
+            # in file order, among the rows no earlier stage rejected
+            alive = np.flatnonzero(~reason_lists_any(n, rejects[:-1]))
+            rows = pa.array(alive)
+            shifted = np.zeros(n, dtype=bool)
+            trained_cross = (_trained_cross(ids[alive], np.load(task.shift_skip_ids,
+                                                                allow_pickle=False))
+                             if task.shift_skip_ids else None)
+            shifted[alive] = shifted_runs(aligner, src.take(rows), tgt.take(rows),
+                                          scores[alive], threshold=threshold[alive],
+                                          trained_cross=trained_cross,
+                                          min_links=task.recipe.align.shift_links)
+            rejects.append(("shifted_lines", shifted))
     lists = reason_lists(n, rejects)
     rejected = _np_bool(pc.greater(pc.list_value_length(lists), 0))
     kept = table.filter(pa.array(~rejected))
@@ -382,6 +408,17 @@ def _decide_task(task: _ShardTask) -> dict[str, Any]:
             "rejected_other": _histogram(scores[other].astype(np.float64), ALIGN_SCORE)}
     atomic_write_bytes(marker, json.dumps(stats).encode())
     return stats
+
+
+def _trained_cross(ids: np.ndarray, trained: np.ndarray) -> np.ndarray:
+    """Per row, whether (the previous row's source, this row's target) was trained on:
+    ``trained`` holds sorted (row id, next row id) pairs of the shifted negatives."""
+    out = np.zeros(len(ids), dtype=bool)
+    if len(ids) < 2 or len(trained) == 0:
+        return out
+    at = np.minimum(np.searchsorted(trained[:, 0], ids[:-1]), len(trained) - 1)
+    out[1:] = (trained[at, 0] == ids[:-1]) & (trained[at, 1] == ids[1:])
+    return out
 
 
 def _examples(rejected: pa.Table) -> dict[str, list[dict[str, Any]]]:
@@ -544,7 +581,8 @@ def _train_aligner(work: Path, recipe: Recipe, scored: list[Path], dedup: Path |
     model_path = work / "align_model.npz"
     info_path = work / "align.json"
     trained_path = work / "align_trained_ids.npy"
-    if model_path.exists() and info_path.exists() and trained_path.exists():
+    skip_path = work / "align_shift_skip_ids.npy"
+    if all(p.exists() for p in (model_path, info_path, trained_path, skip_path)):
         return model_path, json.loads(info_path.read_text())
     cfg = recipe.align
     src, tgt, ids = _training_pairs(scored, dedup, cfg.max_train_pairs)
@@ -639,6 +677,13 @@ def _train_aligner(work: Path, recipe: Recipe, scored: list[Path], dedup: Path |
     tmp = work / ("align_model.npz" + TMP_SUFFIX)
     aligner.save(tmp)
     tmp.replace(model_path)
+    shifted_kind = seen_neg.kinds == NEGATIVE_KINDS.index("shifted")
+    made_from = seen_neg.rows[shifted_kind] if not cfg.trusted else np.zeros(0, np.int64)
+    skip_ids = np.stack([ids[made_from], ids[(made_from + 1) % n]], axis=1)
+    skip_ids = skip_ids[np.argsort(skip_ids[:, 0], kind="stable")]
+    with open(work / ("align_shift_skip_ids.npy" + TMP_SUFFIX), "wb") as f:
+        np.save(f, skip_ids, allow_pickle=False)
+    (work / ("align_shift_skip_ids.npy" + TMP_SUFFIX)).replace(skip_path)
     with open(work / ("align_trained_ids.npy" + TMP_SUFFIX), "wb") as f:
         np.save(f, trained_ids, allow_pickle=False)
     (work / ("align_trained_ids.npy" + TMP_SUFFIX)).replace(trained_path)
@@ -840,6 +885,8 @@ def _run(source: Dataset, out: Path, work: Path, recipe: Recipe, executor: Execu
                       p_table_unseen=(tuple(align_info["p_translation_unseen"])
                                       if align_info else None),
                       trained_ids=str(work / "align_trained_ids.npy") if align_info else None,
+                      shift_skip_ids=(str(work / "align_shift_skip_ids.npy")
+                                      if align_info else None),
                       quarantine=str(quarantine) if quarantine else None)
               for t in tasks]
     results: dict[int, dict[str, Any]] = {}

@@ -81,6 +81,7 @@ __all__ = [
     "alignment_tokens",
     "calibrate",
     "p_translation",
+    "shifted_runs",
     "synthetic_negatives",
     "training_rows",
 ]
@@ -1180,3 +1181,71 @@ def _isotonic(values: F64, weights: F64) -> F64:
             sizes[-2] += sizes[-1]
             del means[-1], mass[-1], sizes[-1]
     return np.repeat(np.asarray(means), sizes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs of rows whose targets are a line off
+
+
+def shifted_runs(aligner: LexicalAligner, src: pa.Array | pa.ChunkedArray,
+                 tgt: pa.Array | pa.ChunkedArray, scores: NDArray[Any], *,
+                 threshold: NDArray[Any] | float = float("-inf"),
+                 trained_cross: NDArray[np.bool_] | None = None, min_links: int = 2,
+                 gap: int = 1) -> NDArray[np.bool_]:
+    """Rows in a run where the pairs are one line out of step (a Moses pair of files where a
+    line went missing on one side): per row, true if it is in such a run.
+
+    Rows are in file order and ``scores`` are their own ``align_score``. Between each row and
+    the one before, the two *cross* pairs are scored: this source with the previous target,
+    and the previous source with this target. A cross pair is *strong* where it scores above
+    both rows' own pairs (the neighbour's line translates this one better than its own, and
+    the neighbour's own pair is worse still) and is a translation itself (at least
+    ``threshold``, the row's align threshold), *weak* where it beats at least one of them. A
+    run is a sequence of weak-or-strong links, in one direction, with at most ``gap`` other
+    links between them; a run with ``min_links`` strong links flags every row it touches.
+    Where ``trained_cross`` is true for a row, its pair (previous source, this target) is no
+    link: the model was trained on that cross pair, as a shifted negative, so it scores high
+    whatever the files hold.
+
+    Why a run and not the cross score alone: where a corpus lists near-paraphrases side by
+    side (Tatoeba: "That's my coat." / "That's my goal."), a single cross pair beats a real
+    pair now and then, but two strong ones out of step in the same direction almost never
+    do. Measured on 8,000-row mixes with 10% and 50% junk (strong ≥ 2, gap 1): real pairs
+    flagged 0-0.1% (Tatoeba eng-cmn, eng-ben, Multi30k en-de, the OpenNMT WMT sample);
+    rows of 5-20-line shifted blocks flagged 0.32-1.00 (0.72-0.74 on Tatoeba eng-cmn, where
+    the absolute score alone caught 0.43-0.57). Requiring strong links only, or three of
+    them, caught 10-25 points less; counting weak links as strong flagged 10-23% of Tatoeba
+    eng-ben's real pairs (an English sentence listed with several translations in a row).
+    """
+    n = len(scores)
+    flagged = np.zeros(n, dtype=bool)
+    if n < 3 or min_links <= 0:
+        return flagged
+    own = np.asarray(scores, dtype=np.float64)
+    previous = pa.array(np.r_[0, np.arange(n - 1)])
+    own_previous = np.r_[-np.inf, own[:-1]]
+    best_own = np.maximum(own, own_previous)
+    worst_own = np.minimum(own, own_previous)
+    untrained = np.ones(n, dtype=bool)
+    if trained_cross is not None:
+        untrained = ~np.asarray(trained_cross, dtype=bool)
+    for cross, usable in ((aligner.score(src, tgt.take(previous)), True),  # this source,
+                          #                                   the previous target
+                          (aligner.score(src.take(previous), tgt), untrained)):  # and back
+        cross64 = cross.astype(np.float64)
+        strong = (cross64 > best_own) & (cross64 >= threshold)
+        weak = cross64 > worst_own
+        strong &= usable
+        weak &= usable
+        strong[0] = weak[0] = False
+        links = np.flatnonzero(weak | strong)
+        if links.size == 0:
+            continue
+        # runs: weak links at most ``gap`` links apart
+        starts = np.r_[0, np.flatnonzero(np.diff(links) > gap + 1) + 1]
+        ends = np.r_[starts[1:], links.size] - 1
+        n_strong = np.add.reduceat(strong[links].astype(np.int64), starts)
+        for first, last in zip(links[starts[n_strong >= min_links]],
+                               links[ends[n_strong >= min_links]], strict=True):
+            flagged[first - 1:last + 1] = True  # a link joins its row and the one before
+    return flagged
