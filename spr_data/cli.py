@@ -619,15 +619,24 @@ def _figures(name: str, check: dict[str, Any]) -> str:
 def info(
     dataset: Annotated[str, typer.Argument(help="Dataset directory or URL.")],
     samples: Annotated[int, typer.Option("--samples", min=0, help="Sample rows to show.")] = 3,
+    random: Annotated[bool, typer.Option(
+        "--random", help="Sample rows drawn at random (seeded) rather than the first ones: "
+                         "read 100 kept and 100 rejected rows of a clean run by eye.")] = False,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of --random.")] = 0,
     retries: RetriesOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Describe a dataset: rows, shards, kind, languages, rejects, lineage, sample rows."""
+    import numpy as np
+
     from spr_data.dataset import open_dataset
 
     ds = open_dataset(dataset, reader=_reader(retries, None))
     m = ds.manifest
-    rows = ds.take(range(min(samples, len(ds)))).to_pylist()
+    n = min(samples, len(ds))
+    picked = (np.sort(np.random.default_rng(seed).choice(len(ds), n, replace=False))
+              if random else np.arange(n))
+    rows = ds.take(picked).to_pylist()
     data = {
         "path": ds.location, "kind": m.kind, "role": m.role, "langs": m.langs,
         "rows": m.rows, "rows_in": m.rows_in, "shards": len(m.shards), "bytes": m.bytes,

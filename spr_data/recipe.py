@@ -200,6 +200,9 @@ class AlignConfig:
     seed: int = _key(0, 0)
     #: a dataset of trusted pairs to train on instead of the corpus being cleaned
     trusted: str | None = None
+    #: an alignment model an earlier clean of this language pair wrote (OUT/align_model.npz),
+    #: used instead of training one: the thresholds are still calibrated on this corpus
+    model: str | None = None
 
 
 @dataclass(frozen=True)
@@ -390,4 +393,8 @@ def load_recipe(path: str | Path | None, langs: list[str], kind: str = "parallel
                          f"align.quantile ({align['quantile']!r}) both set the alignment "
                          "threshold; choose one: min_score, a fixed align_score, or quantile, "
                          "the share of the training pairs' scores to fall below it")
+    if "model" in align and "trusted" in align:
+        raise InputError(f"recipe {p}: align.model ({align['model']!r}) and align.trusted "
+                         f"({align['trusted']!r}) both name where the alignment model comes "
+                         "from; choose one")
     return recipe

@@ -28,6 +28,22 @@ def test_info_json_describes_the_dataset(corpora: Path, tmp_path: Path):
     assert human.exit_code == 0 and "4,387" in human.stdout
 
 
+def test_info_random_samples_are_seeded_spread_and_distinct(corpora: Path, tmp_path: Path):
+    """``--random``: what a person reads to judge a clean run (100 kept, 100 rejected)."""
+    src = corpora / "parallel/tatoeba_manythings_eng-ben.tsv"
+    run_cli("ingest", src, "--out", tmp_path / "ds", "--shard-rows", "1000")
+
+    def ids(*extra: str) -> list[int]:
+        result = run_cli("info", tmp_path / "ds", "--json", "--samples", "100", *extra)
+        return [row["id"] for row in json.loads(result.stdout)["samples"]]
+
+    drawn = ids("--random", "--seed", "7")
+    assert drawn == ids("--random", "--seed", "7") != ids("--random", "--seed", "8")
+    assert len(set(drawn)) == 100 and drawn == sorted(drawn)
+    assert max(drawn) > 3000 and drawn != list(range(100))  # from every shard, not the head
+    assert ids() == list(range(100))
+
+
 def test_mono_with_lang(corpora: Path, tmp_path: Path):
     src = corpora / "mono/ben_wiki_sipc.txt.gz"
     result = run_cli("ingest", src, "--out", tmp_path / "ds", "--lang", "bn", "--json")

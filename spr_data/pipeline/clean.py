@@ -353,7 +353,9 @@ def _decide_task(task: _ShardTask) -> dict[str, Any]:
                      else table.append_column(name, column))
         low_alignment = scores < threshold
         rejects.append(("low_alignment", low_alignment))
-        if task.recipe.align.shift_links:
+        # a reused model may have been trained on this corpus' lines, slipped ones included:
+        # it knows their cross pairs, so neighbours cannot be compared with it
+        if task.recipe.align.shift_links and not task.recipe.align.model:
             from spr_data.qa.align import shifted_runs
 
             # in file order, among the rows no earlier stage rejected
@@ -564,7 +566,8 @@ def _train_aligner(work: Path, recipe: Recipe, scored: list[Path], dedup: Path |
       replaced rows are a random sample of the corpus the model never saw; negatives made
       from them, also unseen, calibrate the threshold for such rows.
 
-    With ``align.trusted`` the corpus is not trained on: one unseen calibration.
+    With ``align.trusted`` the corpus is not trained on, nor with ``align.model`` (a model an
+    earlier run wrote, loaded instead of trained): one unseen calibration.
     """
     if "align" not in recipe.stages:
         return None, None
@@ -606,7 +609,11 @@ def _train_aligner(work: Path, recipe: Recipe, scored: list[Path], dedup: Path |
     seen_neg = seen_neg.only(_passes_rules(recipe, langs, seen_neg.src, seen_neg.tgt))
     unseen_neg = unseen_neg.only(_passes_rules(recipe, langs, unseen_neg.src, unseen_neg.tgt))
     repaired = NEGATIVE_KINDS.index("repaired")
-    if cfg.trusted:
+    outside = bool(cfg.trusted or cfg.model)  # the model never saw this corpus
+    if cfg.model:
+        train_src = train_tgt = pa.array([], pa.large_string())
+        trained_ids = np.zeros(0, np.uint64)
+    elif cfg.trusted:
         trusted = open_dataset(cfg.trusted)
         if trusted.kind != "parallel":
             raise InputError(f"align.trusted {cfg.trusted} is not a parallel dataset")
@@ -623,7 +630,8 @@ def _train_aligner(work: Path, recipe: Recipe, scored: list[Path], dedup: Path |
                              max_train_pairs=max(cfg.max_train_pairs, len(train_src)),
                              seed=cfg.seed)
     started = time.perf_counter()
-    aligner = LexicalAligner.train(train_src, train_tgt, options)
+    aligner = (_reused_model(cfg.model, langs) if cfg.model
+               else LexicalAligner.train(train_src, train_tgt, options))
     train_seconds = time.perf_counter() - started
     corpus_scores = aligner.score(src, tgt)
     unseen_scores = aligner.score(unseen_neg.src, unseen_neg.tgt)
@@ -647,7 +655,7 @@ def _train_aligner(work: Path, recipe: Recipe, scored: list[Path], dedup: Path |
                                negatives_histogram=(0,) * (SCORE_EDGES.size - 1))
 
     unseen = calibrated(corpus_scores[held], unseen_neg, unseen_scores)
-    if cfg.trusted:
+    if outside:
         seen, seen_scores, seen_negatives = unseen, unseen_scores, unseen_neg
     else:
         seen_scores = aligner.score(seen_neg.src, seen_neg.tgt)
@@ -678,7 +686,7 @@ def _train_aligner(work: Path, recipe: Recipe, scored: list[Path], dedup: Path |
     aligner.save(tmp)
     tmp.replace(model_path)
     shifted_kind = seen_neg.kinds == NEGATIVE_KINDS.index("shifted")
-    made_from = seen_neg.rows[shifted_kind] if not cfg.trusted else np.zeros(0, np.int64)
+    made_from = seen_neg.rows[shifted_kind] if not outside else np.zeros(0, np.int64)
     skip_ids = np.stack([ids[made_from], ids[(made_from + 1) % n]], axis=1)
     skip_ids = skip_ids[np.argsort(skip_ids[:, 0], kind="stable")]
     with open(work / ("align_shift_skip_ids.npy" + TMP_SUFFIX), "wb") as f:
@@ -690,7 +698,7 @@ def _train_aligner(work: Path, recipe: Recipe, scored: list[Path], dedup: Path |
     info = {"method": method, "threshold": threshold,
             "threshold_unseen": thresholds["unseen"], "trained_on": len(train_src),
             "corpus_pairs_scored": n, "quantile": cfg.quantile,
-            "min_score": cfg.min_score, "trusted": cfg.trusted,
+            "min_score": cfg.min_score, "trusted": cfg.trusted, "model": cfg.model,
             "model_hash": aligner.content_hash, "train_seconds": round(train_seconds, 3),
             "calibrated_threshold": seen.threshold,
             "calibrated_threshold_unseen": unseen.threshold,
@@ -720,6 +728,22 @@ def _train_aligner(work: Path, recipe: Recipe, scored: list[Path], dedup: Path |
             "warnings": warnings}
     atomic_write_bytes(info_path, json.dumps(info).encode())
     return model_path, info
+
+
+def _reused_model(path: str, langs: list[str]) -> Any:
+    """``align.model``: a model an earlier clean wrote, for this language pair only."""
+    from spr_data.qa.align import LexicalAligner
+
+    if not Path(path).is_file():
+        raise InputError(f"align.model {path} does not exist; name the align_model.npz an "
+                         "earlier clean wrote into its --out, or drop align.model to train one")
+    model = LexicalAligner.load(path)
+    pair = (model.options.src_lang, model.options.tgt_lang)
+    if pair != (langs[0], langs[-1]):
+        raise InputError(f"align.model {path} was trained for {pair[0]}-{pair[1]}, and this "
+                         f"dataset is {langs[0]}-{langs[-1]}; name a model of this language "
+                         "pair or drop align.model to train one")
+    return model
 
 
 def _passes_rules(recipe: Recipe, langs: list[str], src: pa.Array,
