@@ -115,6 +115,8 @@ _HASH_MULT = np.uint64(0x9E3779B97F4A7C15)
 # Hash load factors: lower is faster (fewer second probes) and larger. Training's table can
 # hold millions of pairs, the pruned scoring table is smaller and read far more often.
 _TRAIN_LOAD = 0.5
+#: co-occurrences whose table positions EM keeps between iterations (128 MB)
+_EM_POSITIONS = 32_000_000
 _SCORE_LOAD = 0.3
 # Keys inserted into a hash at a time: bounds the temporaries of building it.
 _INSERT_CHUNK = 1 << 20
@@ -506,12 +508,23 @@ def _em(src: _Ragged, tgt: _Ragged, keys: U32, src_size: int, tgt_size: int,
     null_e = np.full(src_size, 1.0 / src_size)
     counts = np.zeros(n_keys + 1, np.complex128)
     step = options.chunk_cooc
-    for _ in range(options.iterations):
+    # each co-occurrence's table position is the same in every iteration: found once and kept
+    # (4 bytes each) for as many blocks as _EM_POSITIONS allows, found again for the rest
+    positions: list[U32 | None] = []
+    kept = 0
+    for iteration in range(options.iterations):
         counts.fill(0)
         cnt_null_f = np.zeros(tgt_size)
         cnt_null_e = np.zeros(src_size)
-        for block in _blocks(src, tgt, tgt_size, options.chunk_cooc):
-            pos = index.find(block.keys).astype(np.intp)
+        for b, block in enumerate(_blocks(src, tgt, tgt_size, options.chunk_cooc)):
+            found = positions[b] if iteration else None
+            if found is None:
+                found = index.find(block.keys)
+                if not iteration:
+                    fits = kept + found.size <= _EM_POSITIONS
+                    positions.append(found if fits else None)
+                    kept += found.size if fits else 0
+            pos = found.astype(np.intp)
             p = table[pos]
             p_fe = p.real.astype(np.float64)
             p_ef = p.imag.astype(np.float64)
