@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spr_data.qa.fertility import TextSource, fertility_report  # noqa: E402
+from spr_data.pipeline.fertility import TextSource, fertility_report  # noqa: E402
 from spr_data.qa.scripts import normalize_lang, script_ranges  # noqa: E402
 from spr_data.testing import corpora_dir  # noqa: E402
 from spr_data.tokenizers import load_tokenizer  # noqa: E402

@@ -54,10 +54,10 @@ from bench_open_take import write_corpus  # noqa: E402
 from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
 
 from spr_data import ingest, open_dataset  # noqa: E402
+from spr_data.pipeline.audit import Replay, audit_dataset  # noqa: E402
 from spr_data.pipeline.order import epoch_order, plan, token_plan  # noqa: E402
 from spr_data.pipeline.tokenize import tokenize  # noqa: E402
 from spr_data.pipeline.torch_data import SprIterableDataset  # noqa: E402
-from spr_data.qa.audit import Replay, audit_dataset  # noqa: E402
 from spr_data.testing import corpora_dir  # noqa: E402
 
 

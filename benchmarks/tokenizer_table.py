@@ -18,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from spr_data.pipeline.fertility import fertility_report, read_sources  # noqa: E402
 from spr_data.pipeline.train_tokenizer import KINDS, train_tokenizer  # noqa: E402
-from spr_data.qa.fertility import fertility_report, read_sources  # noqa: E402
 from spr_data.testing import corpora_dir  # noqa: E402
 from spr_data.tokenizers import load_tokenizer  # noqa: E402
 from tests.test_train_tokenizer import VOCAB, build_mix, train_trap  # noqa: E402

@@ -3,8 +3,8 @@
 from spr_data._version import __version__
 from spr_data.dataset import Dataset, open_dataset
 from spr_data.errors import DatasetError, InputError, OutputError, ReadError, SprDataError
+from spr_data.pipeline.audit import IdsRecorder, audit_dataset
 from spr_data.pipeline.ingest import IngestSummary, ingest
-from spr_data.qa.audit import IdsRecorder, audit_dataset
 from spr_data.reader import ReaderOptions, RetryPolicy
 from spr_data.verify import VerifyReport, verify_dataset
 

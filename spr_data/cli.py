@@ -410,8 +410,8 @@ def fertility_report(
     """Characters per token, fertility and balance per script and language, per tokenizer."""
     import json
 
-    from spr_data.qa.fertility import fertility_report as run_report
-    from spr_data.qa.fertility import read_sources
+    from spr_data.pipeline.fertility import fertility_report as run_report
+    from spr_data.pipeline.fertility import read_sources
     from spr_data.tokenizers import load_tokenizer
 
     for option, path in (("--json", json_file), ("--markdown", markdown_file),
@@ -456,7 +456,7 @@ def fertility_report(
         lines += [f"- warning: {w}" for w in report["warnings"]]
         atomic_write_bytes(markdown_file, ("\n".join(lines) + "\n").encode())
     if chart_file is not None:
-        from spr_data.qa.fertility import chart_html
+        from spr_data.pipeline.fertility import chart_html
 
         atomic_write_bytes(chart_file, chart_html(report).encode())
     if strict and report["warnings"]:
@@ -484,8 +484,8 @@ def train_tokenizer(
     as_json: JsonOption = False,
 ) -> None:
     """Train a tokenizer on balanced, streamed text; report its fertility on held-out text."""
+    from spr_data.pipeline.fertility import TextSource, fertility_report
     from spr_data.pipeline.train_tokenizer import train_tokenizer as run_train
-    from spr_data.qa.fertility import TextSource, fertility_report
     from spr_data.tokenizers import load_tokenizer
 
     parsed = _parse_weights(weights) if weights else None
@@ -560,7 +560,7 @@ def audit(
 ) -> None:
     """Integrity, accounting through the lineage, distinct content, epoch replay (with
     --world-size, --batch-size or --max-tokens), and a loader's coverage (--ids-log)."""
-    from spr_data.qa.audit import Replay, audit_dataset
+    from spr_data.pipeline.audit import Replay, audit_dataset
 
     replay = None
     if any(x is not None for x in (world_size, batch_size, max_tokens, block)) \

@@ -260,7 +260,7 @@ def grouped_warnings(report: dict[str, Any]) -> list[str]:
     by_tokenizer: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for w in report.get("warning_details", []):
         by_tokenizer.setdefault(w["tokenizer"], {}).setdefault(w["kind"], []).append(w)
-    from spr_data.qa import fertility as f
+    from spr_data.pipeline import fertility as f
 
     text: dict[str, Callable[[int], str]] = {
         "pretoken_mark_split": lambda n: f"its pre-tokenizer cuts words at combining marks in "

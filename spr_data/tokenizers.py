@@ -3,9 +3,10 @@
 ``load_tokenizer(spec)`` takes what the CLI takes: a SentencePiece ``.model``, an HF
 ``tokenizer.json``, a GPT-2 style ``vocab.json`` (its ``merges.txt`` beside it), a
 tiktoken-format ranks file (``base64(token) rank`` per line, as Llama 3/4 ship), or the
-baselines ``bytes`` and ``chars``; ``NAME=SPEC`` names it. Each tokenizer encodes a batch of
-texts through its library's native batch encoder and knows, per token id, whether the token
-is a byte-fallback or unknown token and whether it begins with a combining mark.
+baselines ``bytes`` and ``chars``; ``NAME=SPEC`` names it. Each backend is one subclass of
+``Tokenizer`` (its ``kind``): it encodes a batch of texts through its library's native batch
+encoder and knows, per token id, whether the token is a byte-fallback or unknown token and
+whether it begins with a combining mark.
 
 tiktoken encodings (and the tiktoken twin of a GPT-2 style BPE) encode many texts in one
 native call: the texts are joined by a separator registered as a special token, which tiktoken
@@ -21,10 +22,11 @@ import json
 import re
 import threading
 import unicodedata
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -32,7 +34,9 @@ import pyarrow.compute as pc
 
 from spr_data.errors import InputError
 
-__all__ = ["FALLBACK", "MARK", "UNKNOWN", "WORD_INITIAL", "Tokenizer", "load_tokenizer"]
+__all__ = ["FALLBACK", "MARK", "UNKNOWN", "WORD_INITIAL", "BytesTokenizer", "CharsTokenizer",
+           "HFTokenizer", "SentencePieceTokenizer", "TiktokenTokenizer", "Tokenizer",
+           "load_tokenizer"]
 
 #: bits of ``Tokenizer.id_bits``: what each token id is
 FALLBACK, UNKNOWN, MARK, WORD_INITIAL = 1, 2, 4, 8
@@ -67,11 +71,16 @@ def _starts_with_mark(piece: bytes) -> bool:
 
 
 @dataclass
-class Tokenizer:
-    """A loaded tokenizer: ``encode`` gives token ids per text; the arrays flag ids."""
+class Tokenizer(ABC):
+    """A loaded tokenizer: ``encode`` gives token ids per text; the arrays flag ids. One
+    subclass per backend (its ``kind``), so each library's fast paths stay in one place.
 
+    The defaults are those of a tokenizer that cannot encode words alone (see
+    ``encode_words``) and has no pre-tokenizer to ask."""
+
+    #: the backend: "bytes", "chars", "sentencepiece", "hf" or "tiktoken"
+    kind: ClassVar[str]
     name: str
-    kind: str
     encoder: Any
     byte_fallback: np.ndarray  # bool per id: a SentencePiece <0x..> byte piece
     unknown: np.ndarray  # bool per id: the unknown token
@@ -87,71 +96,24 @@ class Tokenizer:
                         + self.starts_with_mark * MARK).astype(np.uint8)
         if self.word_initial is not None:
             self.id_bits |= (self.word_initial * WORD_INITIAL).astype(np.uint8)
-        byte_level = self.kind == "hf" and "ByteLevel" in self.encoder.to_str()
-        self._byte_level_table = ({ord(c): b for c, b in _byte_decoder().items()}
-                                  if byte_level else None)
-        self._twin: tuple[Any, re.Pattern[str] | None] | None = (
-            _tiktoken_twin(self.encoder) if byte_level else None)
-        self._twin_checked = False
-        self._spaces_split: bool | None = None
-        self._maps_chars = True  # a SentencePiece normalizer with a character map (NFKC)
 
     @property
     def encodes_words(self) -> bool:
         """Whether ``encode_words`` can work (it returns None where it finds it cannot)."""
-        if self.kind == "sentencepiece":
-            return self._pieces_stop_at_spaces()
-        return self.kind == "tiktoken" or self._twin is not None
+        return False
 
     def pretokens(self, texts: Sequence[str]) -> list[str] | None:
         """The pieces the tokenizer's pre-tokenizer cuts ``texts`` into, before any merge;
         None when it has none to ask (SentencePiece, tiktoken, the baselines)."""
-        if self.kind != "hf" or self.encoder.pre_tokenizer is None:
-            return None
-        table = self._byte_level_table
-        pieces = []
-        for text in texts:
-            for piece, _ in self.encoder.pre_tokenizer.pre_tokenize_str(text):
-                if table is not None:  # byte-level stand-ins → the bytes → the text
-                    piece = piece.translate(table).encode("latin-1").decode("utf-8", "replace")
-                pieces.append(piece)
-        return pieces
+        return None
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids of each text, special tokens left out."""
-        texts = list(texts)
-        if self.kind in ("bytes", "chars", "tiktoken"):
-            return _split(*self.encode_flat(texts))
-        twin = self._checked_twin(texts)
-        if twin is not None:
-            added = self._twin[1] if self._twin is not None else None
-            if added is not None and any(map(added.search, texts)):
-                return self._encode_twin(texts, twin, added)
-            return _split(*_encode_joined(twin, texts))
-        if self.kind == "sentencepiece":
-            encoded: list[list[int]] = self.encoder.encode(texts)
-            return encoded
-        return [e.ids for e in self.encoder.encode_batch(texts, add_special_tokens=False)]
+        return _split(*self.encode_flat(list(texts)))
 
+    @abstractmethod
     def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Token ids of all ``texts`` end to end (int64), and each text's number of tokens."""
-        texts = list(texts)
-        if self.kind == "bytes":
-            data = [t.encode("utf-8") for t in texts]
-            return (np.frombuffer(b"".join(data), dtype=np.uint8).astype(np.int64),
-                    np.fromiter(map(len, data), dtype=np.int64, count=len(data)))
-        if self.kind == "chars":
-            codes = np.frombuffer("".join(texts).encode("utf-32-le"), dtype=np.uint32)
-            return (codes.astype(np.int64),
-                    np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
-        if self.kind == "tiktoken":
-            return _encode_joined(self.encoder, texts)
-        if self._twin is not None:
-            twin = self._checked_twin(texts)
-            added = self._twin[1] if self._twin is not None else None
-            if twin is not None and not (added is not None and any(map(added.search, texts))):
-                return _encode_joined(twin, texts)
-        return _flatten(self.encode(texts))
 
     def encode_words(self, words: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
         """Token ids of each word as it reads after a space in running text (``" " + word``),
@@ -162,34 +124,146 @@ class Tokenizer:
         space followed by a non-space, and SentencePiece (splitting at whitespace, with its
         dummy ``▁`` prefix) starts a piece at every ``▁``. Words repeat: the fertility report
         encodes each distinct word once. Give only words that ``encodes_alone`` accepts."""
-        words = list(words)
-        if self.kind == "tiktoken" or self._twin is not None:
-            if self.kind != "tiktoken" and self._checked_twin(words) is None:
-                return None
-            return self.encode_flat([" " + w for w in words])
-        if self.kind != "sentencepiece" or self.word_initial is None \
-                or not self._pieces_stop_at_spaces():
-            return None
-        return self._encode_joined_words(words, self.word_initial)
+        return None
 
     def encodes_alone(self, texts: Sequence[str]) -> np.ndarray:
         """Per text (a word without spaces, or a segment's first word): whether it gets the
-        same tokens out of its segment (see ``encode_words``) as in it. Not for a tokenizer
-        that cannot encode words alone; not for an HF one's added tokens (they may take the
-        space beside them); not for a SentencePiece model whose pieces span ``▁`` or a word
-        that holds a ``▁`` (it reads as a space) or that its normalizer turns into more or
-        fewer than one ``▁``-led word (a zero-width space in it, with NFKC)."""
+        same tokens out of its segment (see ``encode_words``) as in it; never, for a
+        tokenizer that cannot encode words alone."""
+        return np.zeros(len(list(texts)), dtype=bool)
+
+    def check(self, texts: Sequence[str]) -> None:
+        """Check a fast path against the library on these texts, before any other call (the
+        tiktoken twin of an HF tokenizer); nothing to check here."""
+        return None
+
+
+class _Baseline(Tokenizer):
+    """A yardstick without a vocabulary file: every byte or character is a token."""
+
+    #: ids: the byte values or the code points
+    size: ClassVar[int]
+
+    @classmethod
+    def load(cls, name: str) -> _Baseline:
+        initial = _flags(cls.size)
+        initial[[9, 32]] = True  # a space starts a word
+        return cls(name or cls.kind, None, _flags(cls.size), _flags(cls.size),
+                   _flags(cls.size), initial)
+
+
+class BytesTokenizer(_Baseline):
+    """``bytes``: each UTF-8 byte of a text is a token."""
+
+    kind = "bytes"
+    size = 256
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        data = [t.encode("utf-8") for t in texts]
+        return (np.frombuffer(b"".join(data), dtype=np.uint8).astype(np.int64),
+                np.fromiter(map(len, data), dtype=np.int64, count=len(data)))
+
+
+class CharsTokenizer(_Baseline):
+    """``chars``: each code point of a text is a token."""
+
+    kind = "chars"
+    size = 0x110000
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         texts = list(texts)
-        ok = np.ones(len(texts), dtype=bool)
-        if self.kind == "tiktoken":
-            return ok
-        if self._twin is not None:
-            added = self._twin[1]
-            if added is not None:
-                ok[[i for i, t in enumerate(texts) if added.search(t)]] = False
-            return ok
-        if self.kind != "sentencepiece" or not self._pieces_stop_at_spaces():
-            return ~ok
+        codes = np.frombuffer("".join(texts).encode("utf-32-le"), dtype=np.uint32)
+        return (codes.astype(np.int64),
+                np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
+
+
+class TiktokenTokenizer(Tokenizer):
+    """A tiktoken-format ranks file (Llama 3/4): many texts per native call, joined by the
+    separator token; its regex starts a piece at every space, so words encode alone."""
+
+    kind = "tiktoken"
+
+    @classmethod
+    def load(cls, name: str, path: Path) -> TiktokenTokenizer:
+        import tiktoken
+
+        ranks = _read_tiktoken_ranks(path)
+        pattern = _TIKTOKEN_PATTERNS.get(len(ranks), _CL100K)
+        size = max(ranks.values()) + 1
+        encoding = tiktoken.Encoding(name=name, pat_str=pattern, mergeable_ranks=ranks,
+                                     special_tokens={_SEPARATOR: size})
+        marks, initial = _flags(size), _flags(size)
+        for token, rank in ranks.items():
+            marks[rank] = _starts_with_mark(token)
+            initial[rank] = token[:1] in (b" ", b"\t")
+        return cls(name, encoding, _flags(size), _flags(size), marks, initial, (path,))
+
+    @property
+    def encodes_words(self) -> bool:
+        return True
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        return _encode_joined(self.encoder, list(texts))
+
+    def encode_words(self, words: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
+        return self.encode_flat([" " + w for w in words])
+
+    def encodes_alone(self, texts: Sequence[str]) -> np.ndarray:
+        return np.ones(len(list(texts)), dtype=bool)
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """A SentencePiece ``.model``: it encodes a batch in its own threads; words encode
+    alone (many per call) when its pieces stop at spaces."""
+
+    kind = "sentencepiece"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._spaces_split: bool | None = None
+        self._maps_chars = True  # a SentencePiece normalizer with a character map (NFKC)
+
+    @classmethod
+    def load(cls, name: str, path: Path) -> SentencePieceTokenizer:
+        import sentencepiece as spm
+
+        try:
+            sp = spm.SentencePieceProcessor(model_file=str(path))
+        except (OSError, RuntimeError) as exc:
+            raise InputError(f"{path} is not a SentencePiece model: {exc}") from exc
+        size = sp.get_piece_size()
+        fallback, unknown, marks, initial = (_flags(size) for _ in range(4))
+        for i in range(size):
+            piece = sp.id_to_piece(i)
+            fallback[i] = sp.is_byte(i)
+            unknown[i] = sp.is_unknown(i)
+            marks[i] = _starts_with_mark(piece.encode())
+            initial[i] = piece.startswith("\u2581")
+        return cls(name, sp, fallback, unknown, marks, initial, (path,))
+
+    @property
+    def encodes_words(self) -> bool:
+        return self._pieces_stop_at_spaces()
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        encoded: list[list[int]] = self.encoder.encode(list(texts))
+        return encoded
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        return _flatten(self.encode(texts))
+
+    def encode_words(self, words: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
+        if self.word_initial is None or not self._pieces_stop_at_spaces():
+            return None
+        return self._encode_joined_words(list(words), self.word_initial)
+
+    def encodes_alone(self, texts: Sequence[str]) -> np.ndarray:
+        """Not for a model whose pieces span ``▁``, nor for a word that holds a ``▁`` (it
+        reads as a space) or that its normalizer turns into more or fewer than one
+        ``▁``-led word (a zero-width space in it, with NFKC)."""
+        texts = list(texts)
+        if not self._pieces_stop_at_spaces():
+            return np.zeros(len(texts), dtype=bool)
         array = pa.array(texts, pa.large_string())
         ok = ~np.asarray(pc.match_substring(array, "\u2581").to_numpy(zero_copy_only=False))
         if self._maps_chars:  # what the map makes of each text: still one ▁-led word?
@@ -236,9 +310,110 @@ class Tokenizer:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         return np.concatenate(flats), np.concatenate(lengths)
 
+
+class HFTokenizer(Tokenizer):
+    """An HF ``tokenizer.json`` (or a GPT-2 ``vocab.json`` + ``merges.txt``): a plain GPT-2
+    style byte-level BPE runs through its tiktoken twin, once the twin gave the library's
+    ids; words encode alone only then."""
+
+    kind = "hf"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        byte_level = "ByteLevel" in self.encoder.to_str()
+        self._byte_level_table = ({ord(c): b for c, b in _byte_decoder().items()}
+                                  if byte_level else None)
+        self._twin: tuple[Any, re.Pattern[str] | None] | None = (
+            _tiktoken_twin(self.encoder) if byte_level else None)
+        self._twin_checked = False
+
+    @classmethod
+    def load(cls, name: str, path: Path) -> HFTokenizer:
+        from tokenizers import Tokenizer as Library
+
+        try:
+            tok = Library.from_file(str(path))
+        except Exception as exc:  # the library raises a bare Exception on bad JSON
+            raise InputError(f"{path} is not an HF tokenizer.json: {exc}") from exc
+        byte_level = "ByteLevel" in tok.to_str()
+        fallback, unknown, marks, initial = _hf_flags(tok, byte_level)
+        return cls(name, tok, fallback, unknown, marks, initial, (path,))
+
+    @classmethod
+    def load_gpt2(cls, name: str, path: Path) -> HFTokenizer:
+        """A GPT-2 style ``vocab.json`` with its merges file beside it."""
+        from tokenizers import Tokenizer as Library
+        from tokenizers import decoders, models, pre_tokenizers
+
+        merges = path.with_name(path.name.replace("vocab.json", "merges.txt")
+                                if "vocab.json" in path.name else "merges.txt")
+        if not merges.is_file():
+            raise InputError(f"{path} needs its merges file beside it: {merges} does not exist")
+        try:
+            tok = Library(models.BPE.from_file(str(path), str(merges)))
+        except Exception as exc:  # the library raises a bare Exception on bad files
+            raise InputError(f"{path} + {merges} are not a GPT-2 vocab and merges: {exc}") \
+                from exc
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        fallback, unknown, marks, initial = _hf_flags(tok, byte_level=True)
+        return cls(name, tok, fallback, unknown, marks, initial, (path, merges))
+
+    @property
+    def encodes_words(self) -> bool:
+        return self._twin is not None
+
+    def pretokens(self, texts: Sequence[str]) -> list[str] | None:
+        if self.encoder.pre_tokenizer is None:
+            return None
+        table = self._byte_level_table
+        pieces = []
+        for text in texts:
+            for piece, _ in self.encoder.pre_tokenizer.pre_tokenize_str(text):
+                if table is not None:  # byte-level stand-ins → the bytes → the text
+                    piece = piece.translate(table).encode("latin-1").decode("utf-8", "replace")
+                pieces.append(piece)
+        return pieces
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        texts = list(texts)
+        twin = self._checked_twin(texts)
+        if twin is not None:
+            added = self._twin[1] if self._twin is not None else None
+            if added is not None and any(map(added.search, texts)):
+                return self._encode_twin(texts, twin, added)
+            return _split(*_encode_joined(twin, texts))
+        return [e.ids for e in self.encoder.encode_batch(texts, add_special_tokens=False)]
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        texts = list(texts)
+        if self._twin is not None:
+            twin = self._checked_twin(texts)
+            added = self._twin[1] if self._twin is not None else None
+            if twin is not None and not (added is not None and any(map(added.search, texts))):
+                return _encode_joined(twin, texts)
+        return _flatten(self.encode(texts))
+
+    def encode_words(self, words: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
+        words = list(words)
+        if self._twin is None or self._checked_twin(words) is None:
+            return None
+        return self.encode_flat([" " + w for w in words])
+
+    def encodes_alone(self, texts: Sequence[str]) -> np.ndarray:
+        """Not for the added tokens (they may take the space beside them)."""
+        texts = list(texts)
+        if self._twin is None:
+            return np.zeros(len(texts), dtype=bool)
+        ok = np.ones(len(texts), dtype=bool)
+        added = self._twin[1]
+        if added is not None:
+            ok[[i for i, t in enumerate(texts) if added.search(t)]] = False
+        return ok
+
     def check(self, texts: Sequence[str]) -> None:
-        """Check a fast path against the library on these texts, before any other call: the
-        tiktoken twin of an HF tokenizer (used only if both give the same ids)."""
+        """Check the tiktoken twin against the library on these texts (it is used only if
+        both give the same ids)."""
         self._checked_twin(list(texts))
 
     def _checked_twin(self, texts: list[str]) -> Any:
@@ -456,12 +631,8 @@ def load_tokenizer(spec: str) -> Tokenizer:
     name, _, target = spec.partition("=") if "=" in spec else ("", "", spec)
     if "=" in spec and Path(spec).is_file():  # a path that holds "=" itself
         name, target = "", spec
-    if target in ("bytes", "chars"):
-        size = 256 if target == "bytes" else 0x110000
-        initial = _flags(size)
-        initial[[9, 32]] = True  # a space starts a word
-        return Tokenizer(name or target, target, None, _flags(size), _flags(size),
-                         _flags(size), initial)
+    if target in _BASELINES:
+        return _BASELINES[target].load(name)
     path = Path(target)
     if not path.is_file():
         what = "is a directory" if path.is_dir() else "does not exist"
@@ -475,14 +646,20 @@ def load_tokenizer(spec: str) -> Tokenizer:
             raise InputError(f"tokenizer {path} is not valid JSON: {exc}") from exc
         is_hf = isinstance(data, dict) and isinstance(data.get("model"), dict)
         if is_hf:
-            return _hf(name, path)
+            return HFTokenizer.load(name, path)
         is_vocab = isinstance(data, dict) and bool(data) \
             and all(isinstance(v, int) for v in data.values())
         if not is_vocab:
             raise InputError(f"tokenizer {path} is neither an HF tokenizer.json (it has no "
                              "'model') nor a GPT-2 vocab.json (token → id)")
-        return _gpt2(name, path)
-    return _tiktoken(name, path) if _is_tiktoken(path) else _sentencepiece(name, path)
+        return HFTokenizer.load_gpt2(name, path)
+    if _is_tiktoken(path):
+        return TiktokenTokenizer.load(name, path)
+    return SentencePieceTokenizer.load(name, path)
+
+
+#: the built-in yardsticks, by spec
+_BASELINES: dict[str, type[_Baseline]] = {"bytes": BytesTokenizer, "chars": CharsTokenizer}
 
 
 def _is_tiktoken(path: Path) -> bool:
@@ -497,53 +674,6 @@ def _is_tiktoken(path: Path) -> bool:
         return False
     return len(first) == 2
 
-
-def _sentencepiece(name: str, path: Path) -> Tokenizer:
-    import sentencepiece as spm
-
-    try:
-        sp = spm.SentencePieceProcessor(model_file=str(path))
-    except (OSError, RuntimeError) as exc:
-        raise InputError(f"{path} is not a SentencePiece model: {exc}") from exc
-    size = sp.get_piece_size()
-    fallback, unknown, marks, initial = (_flags(size) for _ in range(4))
-    for i in range(size):
-        piece = sp.id_to_piece(i)
-        fallback[i] = sp.is_byte(i)
-        unknown[i] = sp.is_unknown(i)
-        marks[i] = _starts_with_mark(piece.encode())
-        initial[i] = piece.startswith("\u2581")
-    return Tokenizer(name, "sentencepiece", sp, fallback, unknown, marks, initial, (path,))
-
-
-def _hf(name: str, path: Path) -> Tokenizer:
-    from tokenizers import Tokenizer as HFTokenizer
-
-    try:
-        tok = HFTokenizer.from_file(str(path))
-    except Exception as exc:  # the library raises a bare Exception on bad JSON
-        raise InputError(f"{path} is not an HF tokenizer.json: {exc}") from exc
-    byte_level = "ByteLevel" in tok.to_str()
-    fallback, unknown, marks, initial = _hf_flags(tok, byte_level)
-    return Tokenizer(name, "hf", tok, fallback, unknown, marks, initial, (path,))
-
-
-def _gpt2(name: str, path: Path) -> Tokenizer:
-    from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers import decoders, models, pre_tokenizers
-
-    merges = path.with_name(path.name.replace("vocab.json", "merges.txt")
-                            if "vocab.json" in path.name else "merges.txt")
-    if not merges.is_file():
-        raise InputError(f"{path} needs its merges file beside it: {merges} does not exist")
-    try:
-        tok = HFTokenizer(models.BPE.from_file(str(path), str(merges)))
-    except Exception as exc:  # the library raises a bare Exception on bad files
-        raise InputError(f"{path} + {merges} are not a GPT-2 vocab and merges: {exc}") from exc
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    fallback, unknown, marks, initial = _hf_flags(tok, byte_level=True)
-    return Tokenizer(name, "hf", tok, fallback, unknown, marks, initial, (path, merges))
 
 
 def _read_tiktoken_ranks(path: Path) -> dict[bytes, int]:
@@ -574,18 +704,3 @@ def _read_tiktoken_ranks(path: Path) -> dict[bytes, int]:
         raise InputError(f"{path}: two tokens share a rank (a truncated or edited file)")
     return ranks
 
-
-def _tiktoken(name: str, path: Path) -> Tokenizer:
-    import tiktoken
-
-    ranks = _read_tiktoken_ranks(path)
-    pattern = _TIKTOKEN_PATTERNS.get(len(ranks), _CL100K)
-    size = max(ranks.values()) + 1
-    encoding = tiktoken.Encoding(name=name, pat_str=pattern, mergeable_ranks=ranks,
-                                 special_tokens={_SEPARATOR: size})
-    marks, initial = _flags(size), _flags(size)
-    for token, rank in ranks.items():
-        marks[rank] = _starts_with_mark(token)
-        initial[rank] = token[:1] in (b" ", b"\t")
-    return Tokenizer(name, "tiktoken", encoding, _flags(size), _flags(size), marks, initial,
-                     (path,))

@@ -112,7 +112,7 @@ def test_accounting_follows_the_lineage_through_clean(multi30k: Path, tmp_path: 
 
 
 def test_epoch_replay_of_spr_data_order(multi30k: Path):
-    from spr_data.qa.audit import Replay
+    from spr_data.pipeline.audit import Replay
 
     report = audit_dataset(multi30k, replay=Replay(world_size=3, workers=2, batch_size=64,
                                                     seed=1, epochs=2))
@@ -198,7 +198,7 @@ def test_a_float_npy_log_is_refused_and_replay_options_alone_replay(multi30k: Pa
 
 
 def test_a_configuration_that_reads_nothing_fails(multi30k: Path):
-    from spr_data.qa.audit import Replay
+    from spr_data.pipeline.audit import Replay
 
     report = audit_dataset(multi30k, replay=Replay(world_size=3, batch_size=100_000))
     replay = report.checks["epoch_replay"]

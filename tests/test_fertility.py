@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 
 from spr_data import tokenizers
-from spr_data.qa import fertility as F
-from spr_data.qa.fertility import fertility_report, read_sources
+from spr_data.pipeline import fertility as F
+from spr_data.pipeline.fertility import fertility_report, read_sources
 from spr_data.tokenizers import load_tokenizer
 from tests.conftest import run_cli
 

@@ -237,3 +237,59 @@ def test_chinese_and_japanese_on_a_korean_side(corpora: Path):
         assert wrong.mean() >= 0.99, lang
     real = _langid(english, _ntrex(corpora, "kor"), ["en", "ko"])["rejects"]["wrong_lang_tgt"]
     assert real.mean() <= 0.002
+
+
+def _odd_and_real(corpora: Path) -> list[str]:
+    texts = [s for pair in _cmn(corpora)[:1500] + _laser(corpora, "jpn")[:500] for s in pair]
+    for lang in ("eng-US", "deu", "rus", "kor", "hin", "ben", "arb", "tha", "ell", "heb",
+                 "amh", "vie"):
+        texts += _ntrex(corpora, lang)[:200]
+    texts += ["", " ", "a\tb\rc\x0bd\x0ce\x00f", "emoji 😀🎉 ok", "é" * 150, "日本語",
+              "x </s> y", "__label__en y", "NBSP\u00a0x", "  a  ", "a\nb"]
+    return texts
+
+
+def test_the_batched_model_is_fasttext_bit_for_bit(corpora: Path):
+    """langid's numpy run of lid.176 over a batch gives fastText's own label and float
+    probability, on real sentences in many scripts and on odd ones, or says it is not sure
+    (a ``</s>`` or ``__label__`` word, a near tie), where fastText itself is asked."""
+    import pyarrow.compute as pc
+
+    from spr_data.qa.langid import _MAX_CHARS, _model, model_path
+    from spr_data.qa.lid_model import batch_model
+
+    texts = _odd_and_real(corpora)
+    values = pc.utf8_slice_codeunits(pc.replace_substring(pa.array(texts), "\n", " "),
+                                     0, _MAX_CHARS)
+    fast = batch_model(model_path())
+    assert fast is not None
+    labels, probs, sure = fast.predict(values)
+    assert sure.mean() > 0.99
+    assert not sure[texts.index("x </s> y")] and not sure[texts.index("__label__en y")]
+    model = _model().f
+    for text, label, prob, ok in zip(values.to_pylist(), labels, probs, sure, strict=True):
+        if ok:
+            (p, found), = model.predict(text + "\n", 1, 0.0, "replace")
+            assert (found[9:], np.float32(p)) == (label, prob), text
+
+
+def test_the_stage_is_the_same_with_and_without_the_batched_model(corpora: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch):
+    """Every column and reason of the stage, the batched model against fastText text by text,
+    on real pairs, Japanese and foreign targets and odd texts."""
+    import spr_data.qa.langid as langid
+
+    texts = _odd_and_real(corpora)
+    src = texts[: len(texts) // 2]
+    tgt = texts[len(texts) // 2: 2 * len(src)]
+    outs = []
+    for fast in (True, False):
+        if not fast:
+            monkeypatch.setattr(langid, "batch_model", lambda path: None)
+        outs.append(_langid(src, tgt, ["en", "zh"]))
+    for name, column in outs[0]["columns"].items():
+        assert column.equals(outs[1]["columns"][name]), name
+    assert outs[0]["rejects"].keys() == outs[1]["rejects"].keys()
+    for reason, mask in outs[0]["rejects"].items():
+        assert np.array_equal(mask, outs[1]["rejects"][reason]), reason
+    assert outs[0]["rejects"]["wrong_lang_tgt"].sum() > 100

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from spr_data import ingest
-from spr_data.qa.fertility import fertility_report, line_parallel, read_sources
+from spr_data.pipeline.fertility import fertility_report, line_parallel, read_sources
 from spr_data.tokenizers import load_tokenizer
 from tests.conftest import run_cli
 

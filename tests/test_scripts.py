@@ -402,3 +402,91 @@ def test_dense_scripts_come_first_and_cjk_is_a_column_set():
     assert set(SCRIPT_NAMES[:len(CJK)]) == CJK
     assert SCRIPT_NAMES[-3:] == ("Common", "Inherited", "Unknown")
     assert len(set(SCRIPT_NAMES)) == len(SCRIPT_NAMES)
+
+
+# --- the byte-level helpers the clean rules run on (issue 16: same answers, less work) --------
+
+EDGES = ["", "a", "<", "&amp;", "www.x", "xwww.", "ww", "w.", "a/b", "@", "  ", " ", "ä", "Ã©",
+         "K", "\u212a", "\u017f", "\u0130", "\ufffd", "\x00", "\t", "\u00a0", "\u3000", "\ufeff",
+         "好", "\U0001f600", "ab ab ab ab ab", "Ab AB aB ab ab ab", "\u212a \u212a k K k k"]
+
+
+def _edge_arrays() -> list[pa.Array]:
+    rows = [a + b for a in EDGES for b in ("", " ", "w", "ww.")] + [None]
+    arr = pa.array(rows, pa.string())
+    return [arr, arr.slice(3, 40), arr.cast(pa.large_string()),
+            pa.chunked_array([arr[:7], arr[7:]])]
+
+
+@pytest.mark.parametrize("groups", [[(b"<", b"&")], [(b"www.", b"@", b"/"), (b"  ",)],
+                                    [("ä".encode(), "\u212a".encode(), b"ab ab")]])
+def test_rows_containing_is_match_substring_per_needle(groups: list[tuple[bytes, ...]]):
+    from spr_data.qa.scripts import rows_containing
+
+    for arr in _edge_arrays():
+        got = rows_containing(arr, *groups)
+        for mask, needles in zip(got, groups, strict=True):
+            want = np.zeros(len(arr), dtype=bool)
+            for needle in needles:
+                want |= np.asarray(pc.match_substring(arr, needle.decode()).fill_null(False)
+                                   .to_numpy(zero_copy_only=False), dtype=bool)
+            assert np.array_equal(mask, want), needles
+
+
+def test_byte_flags_is_isin():
+    from spr_data.qa.scripts import byte_flags
+
+    raw = np.frombuffer(bytes(range(256)) * 3, dtype=np.uint8)
+    for values in ([0], [0x20, 0xff], list(range(0x80, 0x100))):
+        assert np.array_equal(byte_flags(raw, values), np.isin(raw, values))
+
+
+@pytest.mark.parametrize("text", ["plain ASCII", "Grüße, café", "„quotes“ – €", "中文。",
+                                  "emoji \U0001f600 x", "ÿ\u0100"])
+def test_every_code_point_width_profiles_like_the_reference(text: str):
+    texts = [text, text + " " + text, "", "ab"]
+    assert_matches_reference(profile(pa.array(texts)), texts)  # uint8, uint16 and uint32 paths
+
+
+def test_word_runs_over_is_max_word_run_over_the_limit():
+    from spr_data.qa.rules import max_word_run, word_runs_over
+
+    for arr in _edge_arrays():
+        arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+        for limit in (1, 2, 3, 4, 5, 9, 10, 12):
+            assert np.array_equal(word_runs_over(arr, limit), max_word_run(arr) > limit), limit
+
+
+def test_mojibake_candidates_hold_every_row_the_patterns_match():
+    from spr_data.qa import rules
+
+    texts = pa.array(EDGES + [a + b for a in ("Ã", "lidÃ", "Ä€", "ß“", "à€™", "ð\x9f\x98\x80")
+                              for b in ("", " ", "x", "™", ".")])
+    some = pc.count_substring_regex(texts, rules._MOJIBAKE_STRONG).to_numpy(zero_copy_only=False)
+    weak = pc.count_substring_regex(texts, rules._MOJIBAKE_WEAK).to_numpy(zero_copy_only=False)
+    assert np.array_equal(rules.mojibake_score(texts), some + 0.5 * weak)
+    assert rules.mojibake_score(texts).max() >= 1
+
+
+def test_normalize_cleanup_leads_cover_every_character_the_regexes_match():
+    from spr_data.qa import normalize
+
+    chars = [chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000 and c != 0x20]
+    arr = pa.array(chars, pa.string())
+    leads = set()
+    for pattern in (normalize.INVISIBLE, f"[{normalize._WS}]", r"[^ \PZ\x{20}]"):
+        hit = pc.match_substring_regex(arr, pattern).to_numpy(zero_copy_only=False)
+        leads |= {chars[i].encode()[0] for i in np.flatnonzero(hit)}
+    assert leads <= set(normalize.CLEANUP_LEADS)
+    # with only plain spaces, two in a row is the one way to match
+    assert not pc.match_substring_regex(pa.array([" a b "]), normalize.WHITESPACE).to_pylist()[0]
+    assert pc.match_substring_regex(pa.array(["a  b"]), normalize.WHITESPACE).to_pylist()[0]
+
+
+def test_normalize_nfc_only_skips_rows_below_u0300():
+    from spr_data.qa.normalize import _nfc
+
+    texts = pa.array(["e\u0301", "é", "Å", "\u212b", "ä", "한", "\u1100\u1161", "ÿ", None])
+    want = pc.utf8_normalize(texts.fill_null(""), form="NFC").to_pylist()
+    got = _nfc(texts).to_pylist()
+    assert got[:-1] == want[:-1] and got[-1] is None

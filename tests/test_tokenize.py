@@ -10,8 +10,8 @@ import pytest
 
 from spr_data import ingest, open_dataset
 from spr_data.pipeline import tokenize as tokenize_module
+from spr_data.pipeline.audit import audit_dataset
 from spr_data.pipeline.tokenize import tokenize
-from spr_data.qa.audit import audit_dataset
 from tests.conftest import run_cli
 
 
@@ -162,3 +162,19 @@ def test_a_corrupt_shard_fails_the_run_instead_of_flowing_on(eng_ben: Path, corp
                         corpora / "tokenizers/llama2_tokenizer.model", "--out", tmp_path / "t2",
                         "--cache-dir", cache, "--quiet")
     assert bad_cache.exit_code == 1 and "--cache-dir" in bad_cache.stderr
+
+
+def test_a_shard_cut_short_after_a_killed_run_is_made_again(eng_ben: Path, corpora: Path,
+                                                            tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch):
+    """The resume rule of every shard command (``spr_data.pipeline.units``): a finished unit
+    counts only while its shard is there at the size its marker recorded."""
+    model = str(corpora / "tokenizers/gpt2-vocab.json")
+    tokenize(eng_ben, tmp_path / "whole", tokenizer=model, workers=1)
+    killed_at_the_fourth_unit(eng_ben, tmp_path / "killed", model, monkeypatch)
+    first, second = sorted((tmp_path / "killed").glob("shard-*.arrow"))[:2]
+    first.write_bytes(first.read_bytes()[:-100])  # cut short
+    second.unlink()  # gone
+    report = tokenize(eng_ben, tmp_path / "killed", tokenizer=model, workers=1)
+    assert report.resumed_shards == 1
+    assert shard_bytes(tmp_path / "killed") == shard_bytes(tmp_path / "whole")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from spr_data.pipeline.fertility import fertility_report, read_sources
 from spr_data.pipeline.train_tokenizer import sampling_rates, train_tokenizer
-from spr_data.qa.fertility import fertility_report, read_sources
 from spr_data.tokenizers import load_tokenizer
 from tests.conftest import run_cli
 

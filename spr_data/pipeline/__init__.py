@@ -1,1 +1,1 @@
-"""Stages that move data: ingest now; the stage runner, tokenize and iterators later."""
+"""Runners and commands that move data: ingest, clean, tokenize, audit, fertility, iterators."""

@@ -45,7 +45,8 @@ from spr_data.outdir import (
     publish,
 )
 from spr_data.pipeline.executor import Executor, executor_for
-from spr_data.pipeline.stage import Stage
+from spr_data.pipeline.units import finished_unit, mark_unit_finished, unit_rows
+from spr_data.qa.stage import Stage
 from spr_data.reader import ReaderOptions
 from spr_data.recipe import Recipe, load_recipe
 from spr_data.schema import ID, REASON, text_columns
@@ -63,8 +64,6 @@ _SRC_HASH = "_source_hash"
 _PASS1_REASONS = "_reasons"
 _EXAMPLES = 3
 _SLICE_ROWS = 32768
-_MIN_UNIT_ROWS = 1 << 16
-_MAX_UNIT_ROWS = 1 << 19
 _LANGID_REASONS = ("swapped_sides", "wrong_lang_src", "wrong_lang_tgt", "wrong_lang_text")
 _HISTOGRAMS = {
     "length_ratio": np.concatenate([np.linspace(1.0, 4.0, 61), np.linspace(4.5, 20.0, 32)]),
@@ -247,13 +246,6 @@ def _write_ipc(path: Path, table: pa.Table, *, digest: bool = True) -> ShardInfo
     return write_shard_file(path, batch, digest=digest)
 
 
-def unit_rows(rows: int) -> int:
-    """Rows per unit of work (and per output shard): a function of the input size alone, so
-    the output is the same for any number of workers; small enough to bound each worker's
-    memory and to spread a corpus over at least ~16 tasks."""
-    return int(min(max(-(-rows // 16), _MIN_UNIT_ROWS), _MAX_UNIT_ROWS))
-
-
 def _score_task(task: _ShardTask) -> int:
     """Step 1 for one shard: scored rows to ``.work/scored-NNNNN.arrow``."""
     target = Path(task.work) / f"scored-{task.index:05d}.arrow"
@@ -304,15 +296,9 @@ def _histogram(values: np.ndarray, name: str) -> list[int]:
 def _decide_task(task: _ShardTask) -> dict[str, Any]:
     """Step 3 for one shard: final reasons, kept and reject shards, accounting, stats."""
     work = Path(task.work)
-    marker = work / f"done-{task.index:05d}.json"
-    if marker.exists():
-        done = json.loads(marker.read_text())
-        out = Path(task.out)
-        if all((path := directory / shard_name(task.index, rejects=part == "rejects")).is_file()
-               and path.stat().st_size == done[part]["bytes"]
-               for directory, part in ((out, "kept"), (out / REJECTS_DIR, "rejects"))):
-            return {**done, "resumed": True}
-        marker.unlink()  # its shards are gone or cut short: decided again
+    done = finished_unit(work, task.out, task.index)
+    if done is not None:
+        return {**done, "resumed": True}
     scored = _read_shard(work / f"scored-{task.index:05d}.arrow")
     ids = scored.column(ID).to_numpy()
     n = scored.num_rows
@@ -385,9 +371,10 @@ def _decide_task(task: _ShardTask) -> dict[str, Any]:
         raise SprDataError(f"accounting failed for shard {task.index}: {n} rows in, "
                            f"{kept.num_rows} kept + {rejected_table.num_rows} rejected")
     out = Path(task.out)
-    kept_info = _write_ipc(out / shard_name(task.index), kept)
-    reject_info = _write_ipc(out / REJECTS_DIR / shard_name(task.index, rejects=True),
-                             rejected_table)
+    kept_path = out / shard_name(task.index)
+    reject_path = out / REJECTS_DIR / shard_name(task.index, rejects=True)
+    kept_info = _write_ipc(kept_path, kept)
+    reject_info = _write_ipc(reject_path, rejected_table)
     stats: dict[str, Any] = {
         "rows": n, "kept": kept_info.__dict__, "rejects": reject_info.__dict__,
         "by_reason": _counts(first),
@@ -408,8 +395,7 @@ def _decide_task(task: _ShardTask) -> dict[str, Any]:
             "rejected_low_alignment": _histogram(
                 scores[low_alignment].astype(np.float64), ALIGN_SCORE),
             "rejected_other": _histogram(scores[other].astype(np.float64), ALIGN_SCORE)}
-    atomic_write_bytes(marker, json.dumps(stats).encode())
-    return stats
+    return mark_unit_finished(work, out, task.index, stats, [kept_path, reject_path])
 
 
 def _trained_cross(ids: np.ndarray, trained: np.ndarray) -> np.ndarray:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import shutil
 import time
 from collections.abc import Callable
@@ -28,11 +27,11 @@ import pyarrow as pa
 from spr_data._version import __version__
 from spr_data.dataset import Dataset, open_dataset
 from spr_data.errors import DatasetError, InputError, SprDataError
-from spr_data.fsio import atomic_write_bytes, sha256_file
+from spr_data.fsio import sha256_file
 from spr_data.manifest import Manifest, ShardInfo
 from spr_data.outdir import WORK_DIR, check_run, claim, output_lock, prepare_output, publish
-from spr_data.pipeline.clean import unit_rows
 from spr_data.pipeline.executor import Executor, executor_for
+from spr_data.pipeline.units import finished_unit, mark_unit_finished, unit_rows
 from spr_data.reader import ReaderOptions
 from spr_data.schema import text_columns
 from spr_data.tokenizers import Tokenizer, load_tokenizer
@@ -124,9 +123,9 @@ def _id_array(ids: list[list[int]], id_type: pa.DataType) -> pa.Array:
 def _tokenize_task(task: _Task) -> dict[str, Any]:
     """One unit: read its rows, add the id columns, write the output shard, then a marker."""
     work = Path(task.work)
-    marker = work / f"done-{task.index:05d}.json"
-    if marker.exists():
-        return {**json.loads(marker.read_text()), "resumed": True}
+    done = finished_unit(work, task.out, task.index)
+    if done is not None:
+        return {**done, "resumed": True}
     if task.offset == 0:  # the first unit of each shard checks the whole shard
         check_shard_hash(task.shard, task.shard_hash)
     with pa.memory_map(task.shard) as source:
@@ -149,11 +148,10 @@ def _tokenize_task(task: _Task) -> dict[str, Any]:
         if name in table.schema.names:  # tokenized before: replaced
             table = table.drop_columns([name])
         table = table.append_column(pa.field(name, array.type, nullable=False), array)
-    info = write_shard_file(Path(task.out) / shard_name(task.index),
-                            table.combine_chunks().to_batches()[0])
+    path = Path(task.out) / shard_name(task.index)
+    info = write_shard_file(path, table.combine_chunks().to_batches()[0])
     stats = {"shard": info.__dict__, "tokens": tokens}
-    atomic_write_bytes(marker, json.dumps(stats).encode())
-    return stats
+    return mark_unit_finished(work, task.out, task.index, stats, [path])
 
 
 def tokenize(dataset: str | Path, out: str | Path, *, tokenizer: str,

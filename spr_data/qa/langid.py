@@ -35,8 +35,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spr_data.errors import SprDataError
-from spr_data.pipeline.stage import StageOutput
+from spr_data.qa.lid_model import batch_model
 from spr_data.qa.scripts import SCRIPT_NAMES, TextProfile, expected_scripts, normalize_lang, profile
+from spr_data.qa.stage import StageOutput
 from spr_data.recipe import LangIdConfig
 
 __all__ = ["BUILTIN_ALIASES", "LangIdStage", "model_path", "predict_languages",
@@ -92,21 +93,42 @@ def predict_languages(
     """Per text: the most likely language label (``"en"``), its probability, and the summed
     probability of the ``accepted`` labels among fastText's top three guesses.
 
-    The top guess alone is cheaper; the top three are asked only where it is not accepted.
-    With ``rows`` (indices), only those texts are asked; the others get label ``None``.
+    The top guess comes from :mod:`spr_data.qa.lid_model` (the same as fastText's, for each
+    distinct text once); fastText itself is asked where that is not sure, and for the top
+    three where the top guess is not accepted. With ``rows`` (indices), only those texts are
+    asked; the others get label ``None``.
     """
-    model = _model().f
     n = len(texts)
     if rows is not None:
         texts = texts.take(pa.array(rows, pa.int64()))
     values = pc.utf8_slice_codeunits(pc.replace_substring(texts.fill_null(""), "\n", " "),
-                                     0, _MAX_CHARS).to_pylist()
+                                     0, _MAX_CHARS)
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
     where = np.arange(n) if rows is None else np.asarray(rows, dtype=np.int64)
     labels = np.full(n, None, dtype=object)
     probs = np.zeros(n, dtype=np.float32)
     expected = np.zeros(n, dtype=np.float32)
+    ask = np.ones(len(where), dtype=bool)
+    fast = batch_model(model_path())
+    if fast is not None and len(where):
+        distinct = values.dictionary_encode()
+        index = np.asarray(distinct.indices.to_numpy(zero_copy_only=False))
+        label, prob, sure = fast.predict(distinct.dictionary)
+        label, prob, sure = label[index], prob[index], sure[index]
+        ask = ~sure
+        if accepted is not None:
+            ask |= ~np.isin(label, list(accepted))
+        done = np.flatnonzero(~ask)
+        labels[where[done]] = label[done]
+        probs[where[done]] = prob[done]
+        if accepted is not None:
+            expected[where[done]] = prob[done]
+    model = _model().f
     predict = model.predict
-    for i, text in zip(where.tolist(), values, strict=True):
+    todo = np.flatnonzero(ask)
+    strings = values.take(pa.array(todo, pa.int64())).to_pylist() if len(todo) else []
+    for i, text in zip(where[todo].tolist(), strings, strict=True):
         found = predict(text + "\n", 1, 0.0, "replace")
         if not found:
             labels[i] = "und"

@@ -9,10 +9,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spr_data.pipeline.stage import StageOutput
+from spr_data.qa.scripts import byte_flags, utf8_bytes
+from spr_data.qa.stage import StageOutput
 from spr_data.recipe import NormalizeConfig
 
-__all__ = ["INVISIBLE", "NormalizeStage", "normalize_text"]
+__all__ = ["CLEANUP_LEADS", "INVISIBLE", "NormalizeStage", "normalize_text"]
 
 #: Control and invisible format characters that carry no meaning in training text: C0/C1
 #: controls (tab and line breaks become spaces first), zero-width space, word joiner, BOM,
@@ -28,11 +29,43 @@ WHITESPACE = rf"[{_WS}]{{2,}}|[{_WS}]*[^ \PZ\x{{20}}]|[\t\n\v\f\r\x{{85}}][{_WS}
 _ENTITY = r"&(#[0-9]+|#[xX][0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]{1,31});"
 
 
+#: First UTF-8 bytes of the characters that ``INVISIBLE`` and ``WHITESPACE`` match but the
+#: plain space (C0 controls, DEL; C2: C1 controls, NBSP, soft hyphen; E1: U+1680; E2:
+#: U+2000..U+206F; E3: U+3000; EF: U+FEFF), found by asking RE2 about every code point;
+#: else only two plain spaces in a row match (tests/test_scripts.py checks both).
+CLEANUP_LEADS = bytes(range(0x20)) + b"\x7f\xc2\xe1\xe2\xe3\xef"
+
+
+def _cleanup_candidates(texts: pa.Array) -> np.ndarray:
+    """Rows with a byte of ``CLEANUP_LEADS`` or two spaces in a row: only they can match
+    ``INVISIBLE`` or ``WHITESPACE`` (a table lookup per byte and two numpy compares cost
+    less than the regex over every row)."""
+    raw, offsets = utf8_bytes(texts)
+    out = np.zeros(len(offsets) - 1, dtype=bool)
+    if not raw.size:
+        return out
+    space = raw == 0x20
+    pos = np.concatenate((np.flatnonzero(byte_flags(raw, CLEANUP_LEADS)),
+                          np.flatnonzero(space[1:] & space[:-1]) + 1))
+    out[np.searchsorted(offsets, pos, side="right") - 1] = True
+    return out
+
+
+def _from_u0300(texts: pa.Array) -> np.ndarray:
+    """Rows with a code point from U+0300 on (a UTF-8 byte from CC on): the others are NFC
+    already, as every character below U+0300 is (NFC_Quick_Check=Yes), accented Latin-1
+    letters included (ä is C3 A4)."""
+    raw, offsets = utf8_bytes(texts)
+    out = np.zeros(len(offsets) - 1, dtype=bool)
+    pos = np.flatnonzero(raw >= 0xCC)
+    out[np.searchsorted(offsets, pos, side="right") - 1] = True
+    return out
+
+
 def _nfc(texts: pa.Array) -> pa.Array:
     """NFC, computed only for the rows that need it (most text already is NFC, and NFC of
     non-ASCII text is the slow part of this stage)."""
-    candidates = np.flatnonzero(~np.asarray(
-        pc.string_is_ascii(texts).fill_null(True).to_numpy(zero_copy_only=False), dtype=bool))
+    candidates = np.flatnonzero(_from_u0300(texts))
     if not len(candidates):
         return texts
     values = texts.take(pa.array(candidates)).to_pylist()
@@ -51,19 +84,21 @@ def normalize_text(texts: pa.Array, config: NormalizeConfig) -> pa.Array:
     out = texts
     if config.html_unescape:
         has_entity = pc.match_substring_regex(out, _ENTITY).fill_null(False)
-        if pc.any(has_entity).as_py():
-            values = out.to_pylist()
+        if pc.any(has_entity).as_py():  # only the rows with an entity go through Python
             mask = has_entity.to_numpy(zero_copy_only=False)
-            for i in np.flatnonzero(mask):
-                values[i] = html.unescape(values[i])
-            out = pa.array(values, pa.string())
+            rows = pa.array(np.flatnonzero(mask))
+            fixed = pa.array([html.unescape(v) for v in out.take(rows).to_pylist()], pa.string())
+            out = pc.replace_with_mask(out.cast(pa.string()), pa.array(mask), fixed)
     if config.nfc:
         out = _nfc(out)
     wanted = [p for p, on in ((INVISIBLE, config.strip_invisible),
                               (WHITESPACE, config.collapse_whitespace)) if on]
     if wanted:  # the regex replacements run on the rows that need them only
-        rows = np.flatnonzero(np.asarray(pc.match_substring_regex(out, "|".join(wanted))
-                                         .fill_null(False).to_numpy(zero_copy_only=False)))
+        rows = np.flatnonzero(_cleanup_candidates(out))
+        if len(rows):  # of the candidates, those the regex matches
+            found = pc.match_substring_regex(out.take(pa.array(rows)), "|".join(wanted))
+            rows = rows[np.asarray(found.fill_null(False).to_numpy(zero_copy_only=False),
+                                   dtype=bool)]
         if len(rows):
             fixed = out.take(pa.array(rows))
             if config.strip_invisible:

@@ -8,7 +8,6 @@ Scores first (lengths, letter shares, runs), decisions second, one reason per fa
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -16,7 +15,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spr_data.pipeline.stage import StageOutput
 from spr_data.qa.numbers import mismatches
 from spr_data.qa.scripts import (
     SCRIPT_NAMES,
@@ -24,7 +22,10 @@ from spr_data.qa.scripts import (
     expected_scripts,
     normalize_lang,
     profile,
+    rows_containing,
+    utf8_bytes,
 )
+from spr_data.qa.stage import StageOutput
 from spr_data.recipe import RulesConfig, SideRules
 
 __all__ = ["PAIR_RULES", "SIDE_RULES", "LengthRatioFit", "RulesStage", "mojibake_score"]
@@ -102,11 +103,33 @@ _MOJIBAKE_STRONG = (f"[\\x{{c2}}\\x{{c3}}]{_CONT_CLASS}|[\\x{{e0}}-\\x{{ef}}]{_C
 _MOJIBAKE_WEAK = f"[\\x{{c4}}-\\x{{de}}]{_CONT_CLASS}"  # not ß (DF): "Fuß“", and NKo is rare
 
 
+#: lead bytes of the UTF-8 of ``_CONT`` and U+FFFD (what :func:`_mojibake_candidates` looks for)
+_CONT_LEADS = tuple(sorted({c.encode()[0] for c in _CONT + "\ufffd"}))
+
+
+def _mojibake_candidates(texts: pa.Array) -> np.ndarray:
+    """The rows that may match the mojibake patterns: each match holds a ``_CONT`` character
+    or U+FFFD (lead bytes C2, C5, C6, CB, E2 and EF in UTF-8), or one of U+00C3..U+00DE
+    (C3 83..C3 9E). Rows of plain German (ä is C3 A4) or Bengali are not looked at."""
+    raw, offsets = utf8_bytes(texts)
+    if not raw.size:
+        return np.zeros(len(offsets) - 1, dtype=bool)
+    lead = raw >= 0xC2  # cheap first: most rows of most corpora have no such byte
+    pos = np.flatnonzero(lead)
+    b = raw[pos]
+    nxt = raw[np.minimum(pos + 1, len(raw) - 1)]
+    hit = np.isin(b, _CONT_LEADS) | (
+        (b == 0xC3) & (nxt >= 0x83) & (nxt <= 0x9E))
+    out = np.zeros(len(offsets) - 1, dtype=bool)
+    out[np.searchsorted(offsets, pos[hit], side="right") - 1] = True
+    return out
+
+
 def mojibake_score(texts: pa.Array) -> np.ndarray:
     """Per row, how many UTF-8 sequences read as cp1252/Latin-1 it holds (a weak one counts
     half), plus U+FFFD replacement characters: text that went through a wrong decoding."""
     out = np.zeros(len(texts), dtype=np.float64)
-    rows = np.flatnonzero(~_np(pc.string_is_ascii(texts).fill_null(True)).astype(bool))
+    rows = np.flatnonzero(_mojibake_candidates(texts))
     if not len(rows):
         return out
     some = texts.take(pa.array(rows))
@@ -120,13 +143,60 @@ def _matches(texts: pa.Array, pattern: str) -> np.ndarray:
     return _np(pc.match_substring_regex(texts, pattern).fill_null(False)).astype(bool)
 
 
-def _matches_if(texts: pa.Array, *needles: str, pattern: str) -> np.ndarray:
-    """``pattern`` on the rows that contain one of ``needles``: most rows never get the regex."""
-    any_needle = "|".join(re.escape(x) for x in needles)
-    candidates = np.flatnonzero(_matches(texts, any_needle))
+def _matches_on(texts: pa.Array, candidates: np.ndarray, pattern: str) -> np.ndarray:
+    """``pattern`` on the ``candidates`` rows (a mask); False elsewhere."""
+    rows = np.flatnonzero(candidates)
     out = np.zeros(len(texts), dtype=bool)
-    if len(candidates):
-        out[candidates] = _matches(texts.take(pa.array(candidates)), pattern)
+    if len(rows):
+        out[rows] = _matches(texts.take(pa.array(rows)), pattern)
+    return out
+
+
+#: ``_HTML`` needs ``<`` or ``&``; ``url_only`` looks at rows with ``://``, ``www.``, ``@`` or
+#: ``/`` (``://`` holds ``/``, so it need not be looked for)
+_HTML_NEEDLES = (b"<", b"&")
+_URL_NEEDLES = (b"www.", b"@", b"/")
+
+
+def word_runs_over(texts: pa.Array, limit: int) -> np.ndarray:
+    """``max_word_run(texts) > limit``, with :func:`max_word_run` run on candidate rows only.
+
+    ``limit + 1`` equal words in a row, one space apart, need ``limit`` spaces with equal
+    gaps between them and the same byte (of the lower-cased text) before each and after each:
+    a cheap test on the positions of the spaces that real text passes rarely.
+    """
+    n = len(texts)
+    if limit < 2 or n == 0:
+        return np.asarray(max_word_run(texts) > limit, dtype=bool)
+    raw, offsets = utf8_bytes(pc.utf8_lower(texts.fill_null("")))
+    out = np.zeros(n, dtype=bool)
+    spaces = np.flatnonzero(raw == 0x20)
+    if len(spaces) and spaces[-1] == len(raw) - 1:
+        spaces = spaces[:-1]  # no word after it (and raw[0 - 1], below, is a harmless wrap)
+    if len(spaces) < limit:
+        return out
+    before = raw[spaces - 1]
+    after = raw[spaces + 1]
+    gap = np.diff(spaces)
+    # pair t: spaces t and t + 1 may separate two of the equal words
+    pair = (gap >= 2) & (before[1:] == before[:-1]) & (after[1:] == after[:-1])
+    width = limit - 1  # pairs in a window of limit spaces, all with one gap
+    same_gap = gap[1:] == gap[:-1]
+    if width <= 8:  # a few shifted ANDs
+        ok = pair[: len(pair) - width + 1].copy()
+        for k in range(1, width):
+            ok &= pair[k: len(pair) - width + 1 + k]
+            ok &= same_gap[k - 1: len(same_gap) - width + 1 + k]
+    else:  # window sums
+        cp = np.concatenate(([0], np.cumsum(pair)))
+        ok = cp[width:] - cp[:-width] == width
+        cd = np.concatenate(([0], np.cumsum(~same_gap)))
+        ok &= (cd[width - 1:] - cd[:-(width - 1)]) == 0
+    starts = np.flatnonzero(ok)
+    if not len(starts):
+        return out
+    rows = np.unique(np.searchsorted(offsets, spaces[starts], side="right") - 1)
+    out[rows] = max_word_run(texts.take(pa.array(rows))) > limit
     return out
 
 
@@ -313,28 +383,36 @@ class RulesStage:
                       known_script: bool) -> list[tuple[str, np.ndarray]]:
         empty = prof.chars == 0
         present = ~empty
+        html_needle, url_needle = rows_containing(texts, _HTML_NEEDLES, _URL_NEEDLES)
         rejects = [
             ("empty", empty),
             ("too_short", present & ((prof.chars < cfg.min_chars) | (prof.words < cfg.min_words))),
             ("too_long", (prof.chars > cfg.max_chars) | (prof.words > cfg.max_words)),
-            ("url_only", present & self._url_only(texts) if cfg.reject_url_only else None),
-            ("html", _matches_if(texts, "<", "&", pattern=_HTML) if cfg.reject_html else None),
+            ("url_only", present & self._url_only(texts, url_needle)
+             if cfg.reject_url_only else None),
+            ("html", _matches_on(texts, html_needle, _HTML)
+             if cfg.reject_html else None),
             ("boilerplate", _matches(texts, _BOILERPLATE) if cfg.reject_boilerplate else None),
             ("junk", present & (letter_share < cfg.min_letter_share)),
             ("mojibake", mojibake_score(texts) >= 1.0 if cfg.reject_mojibake else None),
             ("script_mismatch", (prof.letters > 0) & (share < cfg.min_script_share)
              if known_script else None),
             ("repetition", (prof.max_char_run > cfg.max_char_run)
-             | (max_word_run(texts) > cfg.max_word_run)),
+             | word_runs_over(texts, cfg.max_word_run)),
         ]
         return [(f"{rule}_{side}", mask) for rule, mask in rejects if mask is not None]
 
-    def _url_only(self, texts: pa.Array) -> np.ndarray:
-        has = _matches_if(texts, "://", "www.", "@", "/", pattern=_URLISH)
-        if not has.any():
+    def _url_only(self, texts: pa.Array, needle: np.ndarray) -> np.ndarray:
+        """Rows with a URL, e-mail address or path and no letter or digit outside them
+        (``needle``: the rows holding ``://``, ``www.``, ``@`` or ``/``)."""
+        has = _matches_on(texts, needle, _URLISH)
+        rows = np.flatnonzero(has)
+        if not len(rows):
             return has
-        rest = pc.replace_substring_regex(texts, _URLISH, "")
-        return np.asarray(has & ~_matches(rest, r"[\pL\pN]"), dtype=bool)
+        rest = pc.replace_substring_regex(texts.take(pa.array(rows)), _URLISH, "")
+        out = np.zeros(len(texts), dtype=bool)
+        out[rows] = ~_matches(rest, r"[\pL\pN]")
+        return out
 
     def _pair_rejects(self, batch: pa.RecordBatch, units: list[np.ndarray],
                       content: list[np.ndarray], digits: list[np.ndarray],

@@ -1,6 +1,7 @@
 """The stage protocol: a pure function over an Arrow batch that scores, then decides.
 
-A stage never does I/O or parallelism (the runner does), so it can run as a task anywhere.
+A stage never does I/O or parallelism (the runner in ``spr_data.pipeline`` does), so it can
+run as a task anywhere; it lives beside the stages so that they never import the runner.
 It returns the columns it adds or replaces (scores, normalized text) and, in order of
 precedence, the reasons it rejects rows for, each with a boolean mask.
 """
