@@ -44,7 +44,7 @@ from spr_data.outdir import (
     prepare_output,
     publish,
 )
-from spr_data.pipeline.executor import Executor, executor_for
+from spr_data.pipeline.executor import Executor, LocalExecutor, executor_for, run_apart
 from spr_data.pipeline.units import finished_unit, mark_unit_finished, unit_rows
 from spr_data.qa.stage import Stage
 from spr_data.reader import ReaderOptions
@@ -62,6 +62,8 @@ P_TRANSLATION = "p_translation"
 _HASH = "_content_hash"
 _SRC_HASH = "_source_hash"
 _PASS1_REASONS = "_reasons"
+#: ``p_translation`` from which a row is surely a translation (see ``shifted_lines``)
+_SURE = 0.99
 _EXAMPLES = 3
 _SLICE_ROWS = 32768
 _LANGID_REASONS = ("swapped_sides", "wrong_lang_src", "wrong_lang_tgt", "wrong_lang_text")
@@ -351,9 +353,13 @@ def _decide_task(task: _ShardTask) -> dict[str, Any]:
             trained_cross = (_trained_cross(ids[alive], np.load(task.shift_skip_ids,
                                                                 allow_pickle=False))
                              if task.shift_skip_ids else None)
+            # a link between two rows that are surely translations is no slip: only links
+            # that touch a row below _SURE are scored (a tenth of the cost on a clean corpus)
+            unsure = p_values[alive] < _SURE
             shifted[alive] = shifted_runs(aligner, src.take(rows), tgt.take(rows),
                                           scores[alive], threshold=threshold[alive],
                                           trained_cross=trained_cross,
+                                          check=unsure | np.r_[False, unsure[:-1]],
                                           min_links=task.recipe.align.shift_links)
             rejects.append(("shifted_lines", shifted))
     lists = reason_lists(n, rejects)
@@ -884,7 +890,16 @@ def _run(source: Dataset, out: Path, work: Path, recipe: Recipe, executor: Execu
     scored = [work / f"scored-{t.index:05d}.arrow" for t in tasks]
     dedup = _global_dedup(work, recipe, scored)
     timings["dedup"], clock = time.perf_counter() - clock, time.perf_counter()
-    aligner, align_info = _train_aligner(work, recipe, scored, dedup, langs)
+    if "align" in recipe.stages and isinstance(executor, LocalExecutor) \
+            and executor.workers > 1:
+        # training runs alone for a minute: idle workers would hold the memory of the score
+        # step all that time (about 0.5 GB each at 1M pairs), and this process would keep
+        # what training allocated through the decide step; so the workers stop (decide starts
+        # new ones) and training runs in a process of its own
+        executor.release()
+        aligner, align_info = run_apart(_train_aligner, work, recipe, scored, dedup, langs)
+    else:
+        aligner, align_info = _train_aligner(work, recipe, scored, dedup, langs)
     timings["align_train"], clock = time.perf_counter() - clock, time.perf_counter()
     decide = [replace(t, duplicates=str(dedup) if dedup else None,
                       aligner=str(aligner) if aligner else None,

@@ -115,8 +115,9 @@ _HASH_MULT = np.uint64(0x9E3779B97F4A7C15)
 # Hash load factors: lower is faster (fewer second probes) and larger. Training's table can
 # hold millions of pairs, the pruned scoring table is smaller and read far more often.
 _TRAIN_LOAD = 0.5
-#: co-occurrences whose table positions EM keeps between iterations (128 MB)
-_EM_POSITIONS = 32_000_000
+#: co-occurrences whose table positions EM keeps between iterations (64 MB: the training
+#: process stays under 1 GB with the workers, at max_train_pairs)
+_EM_POSITIONS = 16_000_000
 _SCORE_LOAD = 0.3
 # Keys inserted into a hash at a time: bounds the temporaries of building it.
 _INSERT_CHUNK = 1 << 20
@@ -1203,7 +1204,8 @@ def _isotonic(values: F64, weights: F64) -> F64:
 def shifted_runs(aligner: LexicalAligner, src: pa.Array | pa.ChunkedArray,
                  tgt: pa.Array | pa.ChunkedArray, scores: NDArray[Any], *,
                  threshold: NDArray[Any] | float = float("-inf"),
-                 trained_cross: NDArray[np.bool_] | None = None, min_links: int = 2,
+                 trained_cross: NDArray[np.bool_] | None = None,
+                 check: NDArray[np.bool_] | None = None, min_links: int = 2,
                  gap: int = 1) -> NDArray[np.bool_]:
     """Rows in a run where the pairs are one line out of step (a Moses pair of files where a
     line went missing on one side): per row, true if it is in such a run.
@@ -1218,7 +1220,9 @@ def shifted_runs(aligner: LexicalAligner, src: pa.Array | pa.ChunkedArray,
     links between them; a run with ``min_links`` strong links flags every row it touches.
     Where ``trained_cross`` is true for a row, its pair (previous source, this target) is no
     link: the model was trained on that cross pair, as a shifted negative, so it scores high
-    whatever the files hold.
+    whatever the files hold. With ``check``, only the links into rows where it is true are
+    scored (the others are no link): ``clean`` checks the links that touch a row not surely a
+    translation, since two sure translations side by side are no slip.
 
     Why a run and not the cross score alone: where a corpus lists near-paraphrases side by
     side (Tatoeba: "That's my coat." / "That's my goal."), a single cross pair beats a real
@@ -1236,15 +1240,20 @@ def shifted_runs(aligner: LexicalAligner, src: pa.Array | pa.ChunkedArray,
     if n < 3 or min_links <= 0:
         return flagged
     own = np.asarray(scores, dtype=np.float64)
-    previous = pa.array(np.r_[0, np.arange(n - 1)])
     own_previous = np.r_[-np.inf, own[:-1]]
     best_own = np.maximum(own, own_previous)
     worst_own = np.minimum(own, own_previous)
     untrained = np.ones(n, dtype=bool)
     if trained_cross is not None:
         untrained = ~np.asarray(trained_cross, dtype=bool)
-    down = aligner.score(src, tgt.take(previous))  # this source, the previous target
-    up = aligner.score(src.take(previous), tgt)    # the previous source, this target
+    scored = np.arange(1, n) if check is None else np.flatnonzero(check[1:]) + 1
+    down = np.full(n, -np.inf)
+    up = np.full(n, -np.inf)
+    if scored.size:
+        here = pa.array(scored)
+        before = pa.array(scored - 1)
+        down[scored] = aligner.score(src.take(here), tgt.take(before))  # this source, the
+        up[scored] = aligner.score(src.take(before), tgt.take(here))    # previous target; back
     for cross, usable in ((down, True), (up, untrained)):
         cross64 = cross.astype(np.float64)
         strong = (cross64 > best_own) & (cross64 >= threshold)
