@@ -154,7 +154,10 @@ def test_damaged_work_files_are_redone_on_resume(multi30k: Path, tmp_path: Path,
     cut = work / "scored-00005.arrow"
     cut.write_bytes(cut.read_bytes()[:1000])
     (work / "scored-00006.arrow").write_bytes((work / "scored-00004.arrow").read_bytes())
-    kept = sorted((tmp_path / "killed").glob("*.arrow"))[0]
+    # the killed run's shards wait in the work directory, not where a reader would take them
+    # for the dataset's
+    assert not list((tmp_path / "killed").glob("*.arrow"))
+    kept = sorted((work / "out").glob("*.arrow"))[0]
     kept.write_bytes(kept.read_bytes()[:-100])
     report = clean(multi30k, tmp_path / "killed", recipe=recipe, workers=1)
     assert report.resumed_shards == 2

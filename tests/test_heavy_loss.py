@@ -34,6 +34,9 @@ def test_a_wrong_language_stops_clean_before_it_publishes(mislabelled: Path, tmp
     assert "lid_tgt de" in message  # a sample says what the rows really are
     assert "allow_heavy_loss=True" in message and "en-fr" in message
     assert not (out / MANIFEST_NAME).exists()
+    # nothing a reader would take for rows: the shards wait under .work (Hugging Face's
+    # load_dataset(out) read them as 9,999 rows, rejects mixed in, when they did not)
+    assert sorted(p.name for p in out.iterdir()) == [WORK_DIR]
     report = json.loads((out / WORK_DIR / "report.json").read_text())
     assert report["by_reason"]["wrong_lang_tgt"] > 0.5 * report["rows_in"]
     accepted = clean(mislabelled, out, workers=1, allow_heavy_loss=True)

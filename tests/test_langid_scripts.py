@@ -114,7 +114,7 @@ def test_rows_the_rules_rejected_are_not_asked(corpora: Path):
     rejected = np.zeros(len(pairs), dtype=bool)
     rejected[::2] = True
     stage = LangIdStage(LangIdConfig(), ("src", "tgt"), ["en", "zh"])
-    out = stage.apply_after(batch, rejected)
+    out = stage.apply(batch, rejected)
     labels = np.array(out.columns["lid_src"].to_pylist(), dtype=object)
     assert all(x is None for x in labels[rejected])
     assert all(x == "en" for x in labels[~rejected])

@@ -172,7 +172,8 @@ def test_a_shard_cut_short_after_a_killed_run_is_made_again(eng_ben: Path, corpo
     model = str(corpora / "tokenizers/gpt2-vocab.json")
     tokenize(eng_ben, tmp_path / "whole", tokenizer=model, workers=1)
     killed_at_the_fourth_unit(eng_ben, tmp_path / "killed", model, monkeypatch)
-    first, second = sorted((tmp_path / "killed").glob("shard-*.arrow"))[:2]
+    assert not list((tmp_path / "killed").glob("shard-*.arrow"))  # staged, not published
+    first, second = sorted((tmp_path / "killed/.work/out").glob("shard-*.arrow"))[:2]
     first.write_bytes(first.read_bytes()[:-100])  # cut short
     second.unlink()  # gone
     report = tokenize(eng_ben, tmp_path / "killed", tokenizer=model, workers=1)

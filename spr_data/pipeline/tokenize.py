@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -25,17 +23,16 @@ import numpy as np
 import pyarrow as pa
 
 from spr_data._version import __version__
-from spr_data.dataset import Dataset, open_dataset
-from spr_data.errors import DatasetError, InputError, SprDataError
+from spr_data.dataset import Dataset
+from spr_data.errors import InputError, SprDataError
 from spr_data.fsio import sha256_file
-from spr_data.manifest import Manifest, ShardInfo
-from spr_data.outdir import WORK_DIR, check_run, claim, output_lock, prepare_output, publish
-from spr_data.pipeline.executor import Executor, executor_for
-from spr_data.pipeline.units import finished_unit, mark_unit_finished, unit_rows
+from spr_data.manifest import ShardInfo
+from spr_data.pipeline.executor import Executor
+from spr_data.pipeline.runner import ShardRun, Unit, open_input, read_unit
+from spr_data.pipeline.units import finished_unit, mark_unit_finished
 from spr_data.reader import ReaderOptions
 from spr_data.schema import text_columns
 from spr_data.tokenizers import Tokenizer, load_tokenizer
-from spr_data.verify import check_shard_hash, check_shards
 from spr_data.writer import shard_name, write_shard_file
 
 __all__ = ["TokenizeReport", "id_column", "row_sizes", "token_columns", "tokenize"]
@@ -89,16 +86,16 @@ class TokenizeReport:
 
 @dataclass(frozen=True)
 class _Task:
-    index: int
-    shard: str
-    offset: int
-    length: int
+    unit: Unit
     columns: tuple[str, ...]
     tokenizer: str
     id_type: str
-    out: str
+    staging: str
     work: str
-    shard_hash: str = ""
+
+    @property
+    def index(self) -> int:
+        return self.unit.index
 
 
 @lru_cache(maxsize=2)
@@ -122,18 +119,13 @@ def _id_array(ids: list[list[int]], id_type: pa.DataType) -> pa.Array:
 
 def _tokenize_task(task: _Task) -> dict[str, Any]:
     """One unit: read its rows, add the id columns, write the output shard, then a marker."""
-    work = Path(task.work)
-    done = finished_unit(work, task.out, task.index)
+    unit = task.unit
+    done = finished_unit(task.work, task.staging, unit.index)
     if done is not None:
         return {**done, "resumed": True}
-    if task.offset == 0:  # the first unit of each shard checks the whole shard
-        check_shard_hash(task.shard, task.shard_hash)
-    with pa.memory_map(task.shard) as source:
-        batch = pa.ipc.open_file(source).read_all().slice(task.offset, task.length) \
-            .combine_chunks().to_batches()
-    if not batch:
-        raise SprDataError(f"{task.shard}: no rows at {task.offset}..+{task.length}")
-    table = pa.Table.from_batches(batch)
+    table = read_unit(unit).combine_chunks()
+    if table.num_rows == 0:
+        raise SprDataError(f"{unit.shard}: no rows at {unit.offset}..+{unit.length}")
     tok = _tokenizer(task.tokenizer)
     id_type = pa.uint16() if task.id_type == "uint16" else pa.uint32()
     tokens = {}
@@ -148,10 +140,10 @@ def _tokenize_task(task: _Task) -> dict[str, Any]:
         if name in table.schema.names:  # tokenized before: replaced
             table = table.drop_columns([name])
         table = table.append_column(pa.field(name, array.type, nullable=False), array)
-    path = Path(task.out) / shard_name(task.index)
+    path = Path(task.staging) / shard_name(unit.index)
     info = write_shard_file(path, table.combine_chunks().to_batches()[0])
     stats = {"shard": info.__dict__, "tokens": tokens}
-    return mark_unit_finished(work, task.out, task.index, stats, [path])
+    return mark_unit_finished(task.work, task.staging, unit.index, stats, [path])
 
 
 def tokenize(dataset: str | Path, out: str | Path, *, tokenizer: str,
@@ -168,23 +160,8 @@ def tokenize(dataset: str | Path, out: str | Path, *, tokenizer: str,
     run keeps its work state (it resumes from it) and removes nothing it did not write. The
     per-shard tasks run on ``executor`` (default: ``workers`` local processes).
     """
-    with output_lock(out, command="tokenize"):
-        return _tokenize(dataset, Path(out), tokenizer=tokenizer, workers=workers,
-                         overwrite=overwrite, on_progress=on_progress, reader=reader,
-                         executor=executor)
-
-
-def _tokenize(dataset: str | Path, out: Path, *, tokenizer: str, workers: int | None,
-              overwrite: bool, on_progress: Callable[[str, int, int], None] | None,
-              reader: ReaderOptions | None, executor: Executor | None) -> TokenizeReport:
     started = time.perf_counter()
-    source = open_dataset(str(dataset), reader=reader)
-    if source.manifest.role != "rows":
-        raise DatasetError(f"{dataset} is a rejects dataset; tokenize its parent instead")
-    if not source.remote:  # the manifest against the shards' own footers, before any plan
-        check_shards(source.shard_paths, source.manifest)
-    if out.resolve() == Path(dataset).resolve():
-        raise InputError("--out must differ from the input dataset")
+    source = open_input(dataset, out, command="tokenize", reader=reader)
     tok = load_tokenizer(tokenizer)
     if tok.kind in ("bytes", "chars"):
         raise InputError(f"{tokenizer} is a baseline of fertility-report, not a tokenizer; "
@@ -199,51 +176,20 @@ def _tokenize(dataset: str | Path, out: Path, *, tokenizer: str, workers: int | 
                                 for f, h in zip(tok.files, hashes, strict=True)},
                       "vocab_size": _vocab_size(tok)}
     columns = text_columns(source.manifest.kind)
-    if not len(source):
-        raise DatasetError(f"{dataset} has no rows to tokenize")
     identity = {"input": source.manifest_digest,
                 "tokenizer": tokenizer_info["sha256"], "tool_version": __version__}
-    prepare_output(out, overwrite=overwrite, resume=True)
-    work = out / WORK_DIR
-    unit = unit_rows(len(source))
-    done = 0
-    results: dict[int, dict[str, Any]] = {}
-    check_run(work, identity, overwrite=overwrite)
-    local_paths = source.local_shard_paths(work / "shards")
-    check_shards(local_paths, source.manifest)
-    spans = [(str(path), start, min(unit, info.rows - start), info.hash)
-             for path, info in zip(local_paths, source.manifest.shards, strict=True)
-             for start in range(0, info.rows, unit)]
-    tasks = [_Task(i, path, start, length, columns, spec, id_type, str(out), str(work),
-                   digest)
-             for i, (path, start, length, digest) in enumerate(spans)]
-    claim(out, *(shard_name(t.index) for t in tasks))
-    with executor_for(executor, workers) as runner:
-        for i, stats in runner.map(_tokenize_task, tasks):
-            results[i] = stats
-            done += tasks[i].length
-            if on_progress is not None:
-                on_progress("tokenize", done, len(source))
-        used = runner.workers
-    shards = [ShardInfo(**results[i]["shard"]) for i in range(len(tasks))]
-    if sum(s.rows for s in shards) != len(source):
-        raise SprDataError(f"accounting failed: {len(source)} rows in, "
-                           f"{sum(s.rows for s in shards)} written; the output is not written")
-    tokens = {id_column(c): sum(r["tokens"][id_column(c)] for r in results.values())
-              for c in columns}
-    with pa.memory_map(str(out / shards[0].file)) as f:
-        schema = pa.ipc.open_file(f).schema
-    lineage = {
-        "stage": "tokenize", "tool": "spr-data", "version": __version__,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "parent": source.parent_record(),
-        "tokenizer": tokenizer_info, "id_type": id_type, "tokens": tokens,
-        "options": {"workers": used},
-    }
-    publish(out, Manifest(kind=source.manifest.kind, role="rows", langs=source.langs,
-                          schema=schema, shards=shards, rows_in=len(source),
-                          id_bound=source.manifest.id_bound, lineage=lineage))
-    shutil.rmtree(work, ignore_errors=True)
-    return TokenizeReport(out, len(source), tokens, id_type, tokenizer_info,
+    with ShardRun("tokenize", source, out, identity=identity, overwrite=overwrite,
+                  executor=executor, workers=workers, on_progress=on_progress) as run:
+        tasks = [_Task(unit, columns, spec, id_type, str(run.staging), str(run.work))
+                 for unit in run.units]
+        run.claim(*run.output_names())
+        results = dict(run.map("tokenize", _tokenize_task, tasks))
+        shards = [ShardInfo(**results[i]["shard"]) for i in range(len(tasks))]
+        tokens = {id_column(c): sum(r["tokens"][id_column(c)] for r in results.values())
+                  for c in columns}
+        used = run.executor.workers
+        run.publish(shards, lineage=run.lineage(tokenizer=tokenizer_info, id_type=id_type,
+                                                tokens=tokens, options={"workers": used}))
+    return TokenizeReport(run.out, len(source), tokens, id_type, tokenizer_info,
                           time.perf_counter() - started, used,
                           sum(1 for r in results.values() if r.get("resumed")))

@@ -1,20 +1,39 @@
-"""``dedup``: exact duplicates after normalization, decided over the whole dataset.
+"""``dedup``: exact duplicates after normalization, decided over the whole corpus.
 
-Each shard contributes a 64-bit content hash per row (a keyed BLAKE2b of the normalized text,
-stable across runs, machines and library versions); the decision then needs only the hashes
-and ids — 16 bytes a row — sorted once: the first row by id of each content is kept.
+Each row gets a 64-bit content hash (a keyed BLAKE2b of the normalized text, stable across
+runs, machines and library versions): the first row by id of each content is kept. With
+``max_targets_per_source``, rows beyond the first that many (by id) sharing one source are
+rejected too.
+
+It is a corpus stage (partial → combine → apply), so it runs distributed and no process holds
+the whole corpus' hashes: each unit sorts its rows' (hash, id) in the score step (*partial*,
+16 bytes a row, on disk); the hash space is cut into ``2^b`` partitions of at most
+``partition_rows`` rows, and one task per partition reads its slice of every unit's sorted
+array (a binary search, not a scan) and writes the duplicate ids it finds (*combine*); each unit
+then looks its ids up in those sorted files (*apply*). A content's rows all fall in one
+partition, so the result is the same for any number of partitions or workers.
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["content_hashes", "duplicate_ids", "too_many_targets_ids"]
+from spr_data.fsio import TMP_SUFFIX
+from spr_data.qa.stage import CombineContext, StageOutput
+from spr_data.recipe import DedupConfig
+from spr_data.schema import ID
+
+__all__ = ["DedupStage", "content_hashes", "duplicate_ids", "too_many_targets_ids"]
 
 _KEY = b"spr-data dedup v1"
+#: rows of one partition at most: a partition task holds about 40 bytes a row (256 MB here)
+PARTITION_ROWS = 1 << 23
 
 
 def content_hashes(columns: list[pa.Array]) -> np.ndarray:
@@ -49,3 +68,130 @@ def too_many_targets_ids(source_hashes: np.ndarray, ids: np.ndarray, limit: int)
     group_start = np.maximum.accumulate(np.where(starts, np.arange(len(h)), 0))
     rank = np.arange(len(h)) - group_start
     return np.sort(ids[order][rank >= limit])
+
+
+def _sorted_by_hash(hashes: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Rows ``[hashes, ids]`` sorted by hash, then id."""
+    order = np.lexsort((ids, hashes))
+    return np.stack([hashes[order], ids[order]])
+
+
+@dataclass(frozen=True)
+class _PartitionTask:
+    """Partition ``index`` of ``2^bits``: the rows whose hash's top ``bits`` bits are it."""
+
+    index: int
+    bits: int
+    partials: tuple[str, ...]
+    out: str
+    limit: int
+
+
+def _partition_of(partial: np.ndarray, index: int, bits: int, row: int) -> np.ndarray:
+    """Columns ``row`` (hashes) and ``row + 1`` (ids) of a unit's partial, for one partition:
+    a contiguous slice of the sorted hashes, found by binary search."""
+    hashes = partial[row]
+    if bits == 0:
+        return np.asarray(partial[row:row + 2])
+    shift = 64 - bits
+    lo = np.searchsorted(hashes, np.uint64(index << shift))
+    hi = (np.searchsorted(hashes, np.uint64((index + 1) << shift)) if index + 1 < 1 << bits
+          else hashes.size)
+    return np.asarray(partial[row:row + 2, lo:hi])
+
+
+def _dedup_partition(task: _PartitionTask) -> int:
+    """One partition: its duplicate (and too-many-targets) ids, sorted, to ``out``."""
+    out = Path(task.out)
+    if out.exists():  # a rerun (or a retried task) finds it written: the same bytes
+        return 0
+    content, source = [], []
+    for path in task.partials:
+        partial = np.load(path, mmap_mode="r", allow_pickle=False)
+        content.append(_partition_of(partial, task.index, task.bits, 0))
+        if partial.shape[0] == 4:
+            source.append(_partition_of(partial, task.index, task.bits, 2))
+    rows = np.concatenate(content, axis=1) if content else np.zeros((2, 0), np.uint64)
+    dup = duplicate_ids(rows[0], rows[1])
+    many = np.zeros(0, np.uint64)
+    if source:
+        by_source = np.concatenate(source, axis=1)
+        many = too_many_targets_ids(by_source[0], by_source[1], task.limit)
+    # the too-many-targets file first: the duplicates' file, renamed last, says both are done
+    _save(_many_path(out), many)
+    _save(out, dup)
+    return int(rows.shape[1])
+
+
+def _many_path(dup: Path) -> Path:
+    return dup.with_name(dup.name.replace("dedup-", "dedup-many-"))
+
+
+def _save(path: Path, values: np.ndarray) -> None:
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    with open(tmp, "wb") as f:
+        np.save(f, values, allow_pickle=False)
+    tmp.replace(path)
+
+
+def _near(path: Path, lo: np.uint64, hi: np.uint64) -> np.ndarray:
+    """The ids in a sorted id file between ``lo`` and ``hi``: memory-mapped, binary search."""
+    found = np.load(path, mmap_mode="r", allow_pickle=False)
+    return np.asarray(found[np.searchsorted(found, lo):np.searchsorted(found, hi, "right")])
+
+
+class DedupStage:
+    """Exact duplicates (``duplicate``) and, with ``max_targets_per_source``, rows beyond that
+    many sharing one source (``too_many_targets``), over the whole corpus."""
+
+    name = "dedup"
+
+    def __init__(self, config: DedupConfig, text_columns: tuple[str, ...], *,
+                 partition_rows: int = PARTITION_ROWS) -> None:
+        self.config = config
+        self.text_columns = text_columns
+        self.partition_rows = partition_rows
+        self.by_source = bool(config.max_targets_per_source) and len(text_columns) == 2
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        return ("duplicate", "too_many_targets") if self.by_source else ("duplicate",)
+
+    def partial(self, batch: pa.RecordBatch) -> np.ndarray:
+        ids = np.asarray(batch.column(ID).to_numpy(), np.uint64)
+        texts = [batch.column(c) for c in self.text_columns]
+        rows = [_sorted_by_hash(content_hashes(texts), ids)]
+        if self.by_source:
+            rows.append(_sorted_by_hash(content_hashes(texts[:1]), ids))
+        return np.concatenate(rows)
+
+    def combine(self, context: CombineContext) -> dict[str, Any]:
+        partials = [str(p) for p in context.partials if p is not None]
+        rows = sum(int(np.load(p, mmap_mode="r", allow_pickle=False).shape[1])
+                   for p in partials)
+        bits = max(0, int(np.ceil(np.log2(max(rows, 1) / self.partition_rows))))
+        tasks = [_PartitionTask(i, bits, tuple(partials),
+                                str(context.work / f"dedup-{i:05d}.npy"),
+                                self.config.max_targets_per_source)
+                 for i in range(1 << bits)]
+        for _ in context.map(_dedup_partition, tasks):
+            pass
+        return {"partitions": [t.out for t in tasks], "rows": rows}
+
+    def apply(self, batch: pa.RecordBatch, state: dict[str, Any],
+              rejected: np.ndarray) -> StageOutput:
+        ids = np.asarray(batch.column(ID).to_numpy(), np.uint64)
+        dup = np.zeros(ids.size, bool)
+        many = np.zeros(ids.size, bool)
+        if ids.size:
+            lo, hi = ids.min(), ids.max()
+            for name in state["partitions"]:
+                paths = (Path(name), _many_path(Path(name)))
+                for mask, path in zip((dup, many), paths, strict=True):
+                    near = _near(path, lo, hi)
+                    if near.size:
+                        mask |= np.isin(ids, near)
+        rejects = [("duplicate", dup)]
+        if self.by_source:
+            rejects.append(("too_many_targets", many))
+        return StageOutput(rejects=rejects)

@@ -284,11 +284,17 @@ class LangIdStage:
         custom = self.config.aliases.get(code) or self.config.aliases.get(lang)
         return frozenset(custom or BUILTIN_ALIASES.get(code, (code,)))
 
-    def apply(self, batch: pa.RecordBatch) -> StageOutput:
-        """Language id on every row."""
-        return self.apply_after(batch, None)
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        swapped = ("swapped_sides",) if len(self.sides) == 2 else ()
+        return (*swapped, *(f"wrong_lang_{side}" for side in self.sides))
 
-    def apply_after(self, batch: pa.RecordBatch, rejected: np.ndarray | None) -> StageOutput:
+    def setup(self) -> None:
+        """Load the language-id models now, once per worker, not inside the first batch."""
+        _model()
+        batch_model(model_path())
+
+    def apply(self, batch: pa.RecordBatch, rejected: np.ndarray | None = None) -> StageOutput:
         """Language id on the rows an earlier stage has not ``rejected`` (the runner passes
         them): fastText, the costly part of cleaning, skips the rest."""
         out = StageOutput()

@@ -122,7 +122,13 @@ class NormalizeStage:
         self.config = config
         self.text_columns = text_columns
 
-    def apply(self, batch: pa.RecordBatch) -> StageOutput:
+    #: normalize rewrites text; it rejects nothing
+    reasons: tuple[str, ...] = ()
+
+    def setup(self) -> None:
+        pass
+
+    def apply(self, batch: pa.RecordBatch, rejected: np.ndarray | None = None) -> StageOutput:
         columns: dict[str, pa.Array] = {}
         changed = np.zeros(batch.num_rows, dtype=bool)
         for name in self.text_columns:

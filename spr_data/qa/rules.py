@@ -342,10 +342,23 @@ class RulesStage:
         if len(self.langs) < len(text_columns):
             self.langs = self.langs + [self.langs[-1]] * (len(text_columns) - len(self.langs))
 
+    @property
+    def sides(self) -> tuple[str, ...]:
+        return ("text",) if len(self.text_columns) == 1 else ("src", "tgt")
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Each side's rules in :data:`SIDE_RULES` order, side by side, then the pair rules."""
+        pair = PAIR_RULES if len(self.text_columns) == 2 else ()
+        return (*(f"{rule}_{side}" for side in self.sides for rule in SIDE_RULES), *pair)
+
+    def setup(self) -> None:
+        pass
+
     def _side_config(self, i: int) -> SideRules:
         return self.config.src if i == 0 else self.config.tgt
 
-    def apply(self, batch: pa.RecordBatch) -> StageOutput:
+    def apply(self, batch: pa.RecordBatch, rejected: np.ndarray | None = None) -> StageOutput:
         out = StageOutput()
         units: list[np.ndarray] = []
         content: list[np.ndarray] = []
@@ -353,7 +366,7 @@ class RulesStage:
         for i, name in enumerate(self.text_columns):
             texts = batch.column(name)
             prof = profile(texts)
-            side = "text" if len(self.text_columns) == 1 else ("src", "tgt")[i]
+            side = self.sides[i]
             scripts = expected_scripts(self.langs[i])
             weight = _CHAR_WEIGHT.get(self.langs[i], 1.0)
             if scripts:  # a Han character outweighs a Latin letter of a name inside it

@@ -1,0 +1,270 @@
+"""The shard runner: what every command that maps a dataset's shards (``clean``, ``tokenize``)
+shares, written once.
+
+A command describes its steps — which task runs over which units, what it writes — and the
+runner owns the rest:
+
+* the input: opened, its manifest cross-checked against the shards' own footers, networked
+  shards copied (verified) to local disk for the workers;
+* the output: locked for the whole run, made ready (a dataset replaced only on overwrite, never
+  a file the run did not write), the run's identity recorded so that a rerun resumes only the
+  same run;
+* the units of work: slices of the input's rows whose size is a function of the input's size
+  alone, so the output is the same bytes for any number of workers or any executor; unit ``i``
+  becomes output shard ``i`` (and reject shard ``i``);
+* reading a unit's rows (:func:`read_unit`: the first unit of each shard checks the shard's
+  hash), the one resume rule (:mod:`spr_data.pipeline.units`), progress;
+* accounting: the ids of each unit's output and reject shards are exactly its input ids, none
+  twice, checked from the files before anything is published;
+* lineage and the manifests, published last; the work state removed once they are.
+"""
+
+from __future__ import annotations
+
+import shutil
+import types
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import pyarrow as pa
+
+from spr_data._version import __version__
+from spr_data.dataset import Dataset, open_dataset
+from spr_data.errors import DatasetError, InputError, SprDataError
+from spr_data.manifest import Manifest, ShardInfo
+from spr_data.outdir import (
+    REJECTS_DIR,
+    WORK_DIR,
+    check_run,
+    claim,
+    output_lock,
+    prepare_output,
+    publish,
+)
+from spr_data.pipeline.executor import Executor, executor_for
+from spr_data.pipeline.units import unit_rows
+from spr_data.reader import ReaderOptions
+from spr_data.schema import ID
+from spr_data.verify import check_shard_hash, check_shards
+from spr_data.writer import shard_name
+
+__all__ = ["ShardRun", "Unit", "open_input", "read_unit"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One unit of work: rows ``offset .. offset+length`` of the local input shard ``shard``
+    (whose manifest hash is ``shard_hash``); unit ``index`` becomes output shard ``index``."""
+
+    index: int
+    shard: str
+    offset: int
+    length: int
+    shard_hash: str = ""
+
+
+def read_unit(unit: Unit, columns: Sequence[str] | None = None) -> pa.Table:
+    """The rows of ``unit`` (memory-mapped). The first unit of each shard checks the whole
+    shard against its manifest hash, so a corrupt shard fails the run instead of passing the
+    corruption on."""
+    if unit.offset == 0:
+        check_shard_hash(unit.shard, unit.shard_hash)
+    with pa.memory_map(unit.shard) as source:
+        table = pa.ipc.open_file(source).read_all()
+    if columns is not None:
+        table = table.select(list(columns))
+    return table.slice(unit.offset, unit.length)
+
+
+def open_input(dataset: str | Path, out: str | Path, *, command: str,
+               reader: ReaderOptions | None) -> Dataset:
+    """The dataset a shard command reads: a rows dataset with rows, its manifest checked
+    against the shards' footers (local ones: a networked dataset's are checked once copied),
+    and not the output directory itself."""
+    source = open_dataset(str(dataset), reader=reader)
+    if source.manifest.role != "rows":
+        raise DatasetError(f"{dataset} is a rejects dataset; {command} its parent instead")
+    if not source.remote:  # the manifest against the shards' own footers, before any plan
+        check_shards(source.shard_paths, source.manifest)
+    if Path(out).resolve() == Path(dataset).resolve():
+        raise InputError("--out must differ from the input dataset")
+    if not len(source):
+        raise DatasetError(f"{dataset} has no rows to {command}"
+                           + (" (its inputs were all rejected at ingest; see its rejects)"
+                              if command == "clean" else ""))
+    return source
+
+
+class ShardRun:
+    """One run of a shard command from ``source`` into ``out``; use it as a context manager.
+
+    Entering takes the output lock, prepares ``out``, checks or records the run's
+    ``identity`` (a dict of what decides the output: input digest, options, version) and
+    plans the units; leaving releases the executor (if the run made it) and the lock. The
+    work state under ``out/.work`` outlives a failed run, which resumes from it.
+    """
+
+    def __init__(self, command: str, source: Dataset, out: str | Path, *,
+                 identity: dict[str, Any], overwrite: bool = False,
+                 executor: Executor | None = None, workers: int | None = None,
+                 on_progress: Callable[[str, int, int], None] | None = None) -> None:
+        self.command = command
+        self.source = source
+        self.out = Path(out)
+        self.work = self.out / WORK_DIR
+        #: where tasks write the output's shards (``shard_name`` paths, rejects under
+        #: ``_rejects/``): inside the work directory until the run publishes, so that a
+        #: failed, refused or killed run leaves no shard where a reader would take it for
+        #: the dataset's
+        self.staging = self.work / "out"
+        self.identity = identity
+        self.overwrite = overwrite
+        self.on_progress = on_progress
+        self.units: list[Unit] = []
+        self._executor_arg = executor
+        self._workers_arg = workers
+        self._stack = ExitStack()
+        self._executor: Executor | None = None
+
+    # -- the run's life ---------------------------------------------------------------------
+
+    def __enter__(self) -> ShardRun:
+        with ExitStack() as stack:
+            stack.enter_context(output_lock(self.out, command=self.command))
+            prepare_output(self.out, overwrite=self.overwrite, resume=True)
+            check_run(self.work, self.identity, overwrite=self.overwrite)
+            local_paths = self.source.local_shard_paths(self.work / "shards")
+            check_shards(local_paths, self.source.manifest)
+            size = unit_rows(len(self.source))
+            spans = [(path, start, min(size, info.rows - start), info.hash)
+                     for path, info in zip(local_paths, self.source.manifest.shards,
+                                           strict=True)
+                     for start in range(0, info.rows, size)]
+            self.units = [Unit(i, str(path), start, length, digest)
+                          for i, (path, start, length, digest) in enumerate(spans)]
+            (self.staging / REJECTS_DIR).mkdir(parents=True, exist_ok=True)
+            self._executor = stack.enter_context(
+                executor_for(self._executor_arg, self._workers_arg))
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: types.TracebackType | None) -> None:
+        self._stack.__exit__(exc_type, exc, tb)
+
+    @property
+    def executor(self) -> Executor:
+        if self._executor is None:
+            raise SprDataError("the run has not started: use it as a context manager")
+        return self._executor
+
+    @property
+    def rows(self) -> int:
+        return len(self.source)
+
+    def claim(self, *names: str) -> None:
+        """Record that the run is about to write ``names`` (relative to ``out``): only what a
+        run recorded is ever removed."""
+        claim(self.out, *names)
+
+    def output_names(self, *, rejects: bool = False) -> list[str]:
+        """The output (and reject) shard names of the units, relative to ``out``."""
+        names = [shard_name(u.index) for u in self.units]
+        if rejects:
+            names += [f"{REJECTS_DIR}/{shard_name(u.index, rejects=True)}" for u in self.units]
+        return names
+
+    def map(self, step: str, fn: Callable[[T], R], tasks: Sequence[T],
+            rows: Callable[[T], int] | None = None) -> Iterator[tuple[int, R]]:
+        """Run ``fn`` over ``tasks`` on the executor, yielding ``(task index, result)`` as each
+        finishes and reporting ``on_progress(step, rows done, rows in all)`` (``rows(task)``:
+        the rows a task stands for; by default a unit's)."""
+        def count(task: Any) -> int:
+            return rows(task) if rows is not None else int(task.unit.length)
+
+        total = sum(count(t) for t in tasks)
+        done = 0
+        for i, result in self.executor.map(fn, tasks):
+            done += count(tasks[i])
+            if self.on_progress is not None:
+                self.on_progress(step, done, total)
+            yield i, result
+
+    # -- the end ----------------------------------------------------------------------------
+
+    def check_accounting(self, kept: Sequence[ShardInfo],
+                         rejected: Sequence[ShardInfo] | None = None) -> None:
+        """Every unit's input ids are exactly the ids of its output shard plus its reject
+        shard, none twice: read from the written files, so nothing the tasks claimed is
+        trusted. Raise before anything is published otherwise."""
+        rows_out = sum(s.rows for s in kept) + sum(s.rows for s in rejected or ())
+        if rows_out != self.rows:
+            raise SprDataError(f"accounting failed: {self.rows} rows in, "
+                               f"{sum(s.rows for s in kept)} kept + "
+                               f"{sum(s.rows for s in rejected or ())} rejected; the output is "
+                               "not written")
+        for i, unit in enumerate(self.units):
+            ids_in = _ids(Path(unit.shard))[unit.offset:unit.offset + unit.length]
+            parts = [_ids(self.staging / kept[i].file)]
+            if rejected is not None:
+                parts.append(_ids(self.staging / REJECTS_DIR / rejected[i].file))
+            ids_out = np.sort(np.concatenate(parts))
+            if ids_out.size != ids_in.size or not np.array_equal(ids_out, np.sort(ids_in)):
+                raise SprDataError(f"accounting failed for unit {unit.index}: its "
+                                   f"{ids_in.size} input ids are not the ids of its "
+                                   f"{ids_out.size} output rows; the output is not written")
+
+    def lineage(self, **details: Any) -> dict[str, Any]:
+        """The lineage record of the output: this stage, its parent, and ``details``."""
+        return {
+            "stage": self.command, "tool": "spr-data", "version": __version__,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "parent": self.source.parent_record(), **details,
+        }
+
+    def publish(self, kept: Sequence[ShardInfo], *, lineage: dict[str, Any],
+                rejected: Sequence[ShardInfo] | None = None,
+                rejects: dict[str, int] | None = None) -> None:
+        """Check the accounting, move the staged shards into place, then publish the output's
+        manifests (the rejects' first, the dataset's last) and remove the work state."""
+        self.check_accounting(kept, rejected)
+        schema = _schema_of(self.staging, kept)
+        reject_schema = (_schema_of(self.staging / REJECTS_DIR, rejected)
+                         if rejected is not None else None)
+        if rejected is not None:
+            (self.out / REJECTS_DIR).mkdir(exist_ok=True)
+        for name in [s.file for s in kept] + [f"{REJECTS_DIR}/{s.file}" for s in rejected or ()]:
+            (self.staging / name).replace(self.out / name)
+        manifest = self.source.manifest
+        common: dict[str, Any] = dict(kind=manifest.kind, langs=self.source.langs,
+                                      rows_in=self.rows, id_bound=manifest.id_bound,
+                                      lineage=lineage)
+        if rejected is None:
+            publish(self.out, Manifest(role="rows", schema=schema, shards=list(kept), **common))
+        else:
+            counts = rejects or {}
+            publish(self.out, Manifest(role="rows", schema=schema, shards=list(kept),
+                                       rejects=counts, rejects_dir=REJECTS_DIR, **common),
+                    rejects=Manifest(role="rejects", schema=reject_schema,
+                                     shards=list(rejected), rejects=counts, **common))
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def _ids(path: Path) -> np.ndarray:
+    with pa.memory_map(str(path)) as source:
+        return np.asarray(pa.ipc.open_file(source).read_all().column(ID).to_numpy())
+
+
+def _schema_of(directory: Path, shards: Sequence[ShardInfo]) -> pa.Schema:
+    if not shards:
+        raise SprDataError(f"no shards were written to {directory}")
+    with pa.memory_map(str(directory / shards[0].file)) as source:
+        return pa.ipc.open_file(source).schema

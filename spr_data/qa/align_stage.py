@@ -1,0 +1,377 @@
+"""``align``: the alignment decision as a corpus stage — train and calibrate once (combine),
+score and decide each unit (apply).
+
+*Combine* samples the pairs no earlier stage rejected, trains the lexical model on them with
+synthetic negatives in place of some (:mod:`spr_data.qa.align`), scores the corpus sample and
+the negatives, and calibrates the thresholds; the model and the ids it needs are files in the
+work directory, named in the state. *Apply* scores a unit's pairs, adds ``align_score`` and
+``p_translation``, rejects ``low_alignment`` below the threshold and ``shifted_lines`` where a
+run of neighbours translate each other better than their own lines.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from spr_data.dataset import open_dataset
+from spr_data.errors import InputError, SprDataError
+from spr_data.fsio import TMP_SUFFIX, atomic_write_bytes
+from spr_data.qa.align import (
+    NEGATIVE_KINDS,
+    SCORE_EDGES,
+    AlignerOptions,
+    Calibration,
+    LexicalAligner,
+    calibrate,
+    p_translation,
+    shifted_runs,
+    synthetic_negatives,
+)
+from spr_data.qa.stage import CombineContext, RowStage, StageOutput
+from spr_data.recipe import AlignConfig
+from spr_data.schema import ID
+
+__all__ = ["ALIGN_SCORE", "P_TRANSLATION", "SCORE_HISTOGRAM_EDGES", "AlignStage"]
+
+ALIGN_SCORE = "align_score"
+P_TRANSLATION = "p_translation"
+#: the edges of the kept / rejected score histograms in the report
+SCORE_HISTOGRAM_EDGES = np.linspace(-20.0, 0.0, 201)
+#: ``p_translation`` from which a row is surely a translation (see ``shifted_lines``)
+_SURE = 0.99
+_SLICE_ROWS = 32768
+#: negatives of each kind at least (when the corpus has ten times as many rows): fewer make
+#: the threshold, a high quantile of them, a matter of a handful of pairs
+_MIN_NEGATIVES_PER_KIND = 200
+#: the negatives the corpus' misaligned share is estimated from: re-paired pairs only. Cut
+#: sides and next lines are sometimes still fair translations (a three-word sentence cut to
+#: two, a corpus sorted by source); in the mixture they "explain" real pairs as junk, and the
+#: estimated loss of real pairs falls to nothing while the true one grows (measured on
+#: Tatoeba eng–cmn at 25% junk: estimated 0.5%, true 5.7%; with re-paired pairs alone 2.0%,
+#: true 1.3%)
+_MIXTURE_KINDS = ("repaired",)
+
+
+@dataclass(frozen=True)
+class AlignStage:
+    """``low_alignment`` and ``shifted_lines`` from a lexical model trained on the corpus.
+
+    ``rules`` is the recipe's rules stage (or None): the negatives must pass it as the
+    corpus' junk had to. ``src_lang``/``tgt_lang`` name the model's language pair.
+    """
+
+    config: AlignConfig
+    src_lang: str
+    tgt_lang: str
+    rules: RowStage | None = None
+    name: str = "align"
+    reasons: tuple[str, ...] = ("low_alignment", "shifted_lines")
+    #: the combine step trains for a minute: the runner runs it in a process of its own
+    #: (what training allocates goes back when it exits)
+    runs_apart: bool = True
+
+    def partial(self, batch: pa.RecordBatch) -> None:
+        return None
+
+    # -- combine: train and calibrate -------------------------------------------------------
+
+    def combine(self, context: CombineContext) -> dict[str, Any]:
+        """Train the model and fix its thresholds (``align.json`` beside the model).
+
+        The thresholds are calibrated on negatives made from the training pairs (see
+        :func:`spr_data.qa.align.calibrate`). EM learns links between the words of every pair
+        it sees, junk included, so a pair it was trained on scores higher than one it was not
+        (measured on Tatoeba eng–ben with 25% re-paired junk: median -3.2 for the junk it
+        saw, -6.2 for the same junk unseen). So there are two calibrations:
+
+        * *seen* (rows the model was trained on): negatives take the place of the rows they
+          are made from in training, as junk takes the place of a pair in a corpus — its
+          source then appears nowhere else, its target once more — and are scored with the
+          corpus' rows;
+        * *unseen* (the rows they replaced, and every row beyond ``max_train_pairs``): the
+          replaced rows are a random sample of the corpus the model never saw; negatives made
+          from them, also unseen, calibrate the threshold for such rows.
+
+        With ``align.trusted`` the corpus is not trained on, nor with ``align.model`` (a model
+        an earlier run wrote, loaded instead of trained): one unseen calibration.
+        """
+        work = context.work
+        paths = {"model": work / "align_model.npz", "info": work / "align.json",
+                 "trained_ids": work / "align_trained_ids.npy",
+                 "shift_skip_ids": work / "align_shift_skip_ids.npy"}
+        state = {name: str(path) for name, path in paths.items()}
+        if all(p.exists() for p in paths.values()):
+            return {**state, "info": json.loads(paths["info"].read_text())}
+        cfg = self.config
+        src, tgt, ids = _training_pairs(context, cfg.max_train_pairs)
+        if len(src) == 0:
+            raise SprDataError("no pairs left to train the alignment model on; loosen the "
+                               "rules or name align.trusted in the recipe")
+        src, tgt = src.cast(pa.large_string()), tgt.cast(pa.large_string())
+        n = len(src)
+        share = max(cfg.negatives_share,
+                    min(_MIN_NEGATIVES_PER_KIND / n, 0.1))  # at most 40% of the rows drawn
+        seen_neg = synthetic_negatives(src, tgt, share=share, seed=cfg.seed)
+        held = seen_neg.drawn
+        in_train = np.ones(n, bool)
+        in_train[held] = False
+        held_rows = pa.array(held)
+        unseen_neg = synthetic_negatives(src.take(held_rows), tgt.take(held_rows),
+                                         share=1.0 / len(NEGATIVE_KINDS), seed=cfg.seed + 1)
+        # the corpus' junk reached align through the rules; so must the negatives, or those
+        # the rules would have taken (a length ratio of 10) widen their low tail and the junk
+        # share is underestimated (measured: 0.28 for 0.40 on Multi30k with 50% junk)
+        seen_neg = seen_neg.only(self._passes_rules(seen_neg.src, seen_neg.tgt))
+        unseen_neg = unseen_neg.only(self._passes_rules(unseen_neg.src, unseen_neg.tgt))
+        repaired = NEGATIVE_KINDS.index("repaired")
+        outside = bool(cfg.trusted or cfg.model)  # the model never saw this corpus
+        if cfg.model:
+            train_src = train_tgt = pa.array([], pa.large_string())
+            trained_ids = np.zeros(0, np.uint64)
+        elif cfg.trusted:
+            trusted = open_dataset(cfg.trusted)
+            if trusted.kind != "parallel":
+                raise InputError(f"align.trusted {cfg.trusted} is not a parallel dataset")
+            table = trusted.take(np.arange(min(len(trusted), cfg.max_train_pairs)))
+            train_src = table.column("src").combine_chunks()
+            train_tgt = table.column("tgt").combine_chunks()
+            trained_ids = np.zeros(0, np.uint64)
+        else:
+            keep = pa.array(np.flatnonzero(in_train))
+            train_src = pa.concat_arrays([src.take(keep), seen_neg.src])
+            train_tgt = pa.concat_arrays([tgt.take(keep), seen_neg.tgt])
+            trained_ids = np.sort(ids[in_train])
+        options = AlignerOptions(src_lang=self.src_lang, tgt_lang=self.tgt_lang,
+                                 iterations=cfg.iterations,
+                                 max_train_pairs=max(cfg.max_train_pairs, len(train_src)),
+                                 seed=cfg.seed)
+        started = time.perf_counter()
+        aligner = (self._reused_model() if cfg.model
+                   else LexicalAligner.train(train_src, train_tgt, options))
+        train_seconds = time.perf_counter() - started
+        corpus_scores = aligner.score(src, tgt)
+        unseen_scores = aligner.score(unseen_neg.src, unseen_neg.tgt)
+
+        def calibrated(corpus: np.ndarray, negatives: Any, scores: np.ndarray) -> Any:
+            try:
+                return calibrate(corpus, scores, negative_recall=cfg.negative_recall,
+                                 max_real_reject=cfg.max_real_reject,
+                                 min_p_translation=cfg.min_p_translation,
+                                 reference=negatives.kinds == repaired, kinds=negatives.kinds,
+                                 mixture=np.isin(negatives.kinds,
+                                                 [NEGATIVE_KINDS.index(k)
+                                                  for k in _MIXTURE_KINDS]))
+            except InputError:
+                if cfg.min_score is None and cfg.quantile is None:
+                    raise
+                # too few pairs for negatives, and a threshold set by hand: nothing to estimate
+                return Calibration(threshold=float("-inf"), misaligned_share=0.0,
+                                   negatives_rejected=0.0, real_rejected=0.0,
+                                   p_translation=tuple(1.0 for _ in SCORE_EDGES),
+                                   corpus_histogram=(0,) * (SCORE_EDGES.size - 1),
+                                   negatives_histogram=(0,) * (SCORE_EDGES.size - 1))
+
+        unseen = calibrated(corpus_scores[held], unseen_neg, unseen_scores)
+        if outside:
+            seen, seen_scores, seen_negatives = unseen, unseen_scores, unseen_neg
+        else:
+            seen_scores = aligner.score(seen_neg.src, seen_neg.tgt)
+            seen = calibrated(corpus_scores[in_train], seen_neg, seen_scores)
+            seen_negatives = seen_neg
+        warnings: list[str] = []
+        thresholds = {"seen": seen.threshold, "unseen": unseen.threshold}
+        if cfg.min_score is not None:
+            method = "min_score"
+            thresholds = {"seen": cfg.min_score, "unseen": cfg.min_score}
+        elif cfg.quantile is not None:
+            method = "quantile"
+            value = float(np.quantile(corpus_scores, cfg.quantile))
+            thresholds = {"seen": value, "unseen": value}
+            warnings.append(f"align.quantile = {cfg.quantile:g} rejects that share of the "
+                            "pairs whatever the corpus holds (and again each time a cleaned "
+                            "dataset is cleaned); drop it for the calibrated threshold "
+                            f"({seen.threshold:.3f} here)")
+        else:
+            method = "calibrated"
+        threshold = thresholds["seen"]
+        if method == "calibrated" and seen.negatives_rejected < 0.5:
+            warnings.append(f"the alignment model tells the corpus' pairs from negatives made "
+                            f"of them poorly: a threshold that keeps the real pairs rejects "
+                            f"only {seen.negatives_rejected:.0%} of the negatives; train it on "
+                            "a larger or trusted corpus (align.trusted)")
+        tmp = work / ("align_model.npz" + TMP_SUFFIX)
+        aligner.save(tmp)
+        tmp.replace(paths["model"])
+        shifted_kind = seen_neg.kinds == NEGATIVE_KINDS.index("shifted")
+        made_from = seen_neg.rows[shifted_kind] if not outside else np.zeros(0, np.int64)
+        skip_ids = np.stack([ids[made_from], ids[(made_from + 1) % n]], axis=1)
+        skip_ids = skip_ids[np.argsort(skip_ids[:, 0], kind="stable")]
+        _save(paths["shift_skip_ids"], skip_ids)
+        _save(paths["trained_ids"], trained_ids)
+        info = {"method": method, "threshold": threshold,
+                "threshold_unseen": thresholds["unseen"], "trained_on": len(train_src),
+                "corpus_pairs_scored": n, "quantile": cfg.quantile,
+                "min_score": cfg.min_score, "trusted": cfg.trusted, "model": cfg.model,
+                "model_hash": aligner.content_hash, "train_seconds": round(train_seconds, 3),
+                "calibrated_threshold": seen.threshold,
+                "calibrated_threshold_unseen": unseen.threshold,
+                # the mixture bounds the share from both sides (see calibrate): its midpoint,
+                # and the range; measured on Multi30k with 10/25/50% junk, 0.10-0.13 /
+                # 0.19-0.31 / 0.41-0.59
+                "estimated_misaligned_share": round(
+                    (seen.misaligned_share + seen.misaligned_share_low) / 2, 6),
+                "estimated_misaligned_share_range": [round(seen.misaligned_share_low, 6),
+                                                     round(seen.misaligned_share, 6)],
+                "estimated_misaligned_share_unseen": round(unseen.misaligned_share, 6),
+                "negatives_rejected": round(float(np.mean(seen_scores < threshold))
+                                            if len(seen_scores) else 0.0, 6),
+                "estimated_real_rejected": round(seen.real_rejected, 6),
+                "negatives": {"count": len(seen_scores), "kinds": seen_negatives.counts(),
+                              "rejected_by_kind": {
+                                  kind: round(float(np.mean(
+                                      seen_scores[seen_negatives.kinds == i] < threshold)), 6)
+                                  for i, kind in enumerate(NEGATIVE_KINDS)
+                                  if np.any(seen_negatives.kinds == i)},
+                              "unseen_count": len(unseen_scores)},
+                "histograms": {"edges": SCORE_EDGES.round(4).tolist(),
+                               "corpus": list(seen.corpus_histogram),
+                               "negatives": list(seen.negatives_histogram)},
+                "p_translation": list(seen.p_translation),
+                "p_translation_unseen": list(unseen.p_translation),
+                "warnings": warnings}
+        atomic_write_bytes(paths["info"], json.dumps(info).encode())
+        return {**state, "info": info}
+
+    def _reused_model(self) -> LexicalAligner:
+        """``align.model``: a model an earlier clean wrote, for this language pair only."""
+        path = self.config.model
+        assert path is not None  # noqa: S101 - called only with align.model set
+        if not Path(path).is_file():
+            raise InputError(f"align.model {path} does not exist; name the align_model.npz an "
+                             "earlier clean wrote into its --out, or drop align.model to train "
+                             "one")
+        model = LexicalAligner.load(path)
+        pair = (model.options.src_lang, model.options.tgt_lang)
+        if pair != (self.src_lang, self.tgt_lang):
+            raise InputError(f"align.model {path} was trained for {pair[0]}-{pair[1]}, and "
+                             f"this dataset is {self.src_lang}-{self.tgt_lang}; name a model "
+                             "of this language pair or drop align.model to train one")
+        return model
+
+    def _passes_rules(self, src: pa.Array, tgt: pa.Array) -> np.ndarray:
+        """Which pairs the recipe's rules stage would keep (all, without one)."""
+        keep = np.ones(len(src), bool)
+        if self.rules is None or not len(src):
+            return keep
+        for start in range(0, len(src), _SLICE_ROWS):
+            batch = pa.RecordBatch.from_arrays([src.slice(start, _SLICE_ROWS),
+                                                tgt.slice(start, _SLICE_ROWS)], ["src", "tgt"])
+            for _, mask in self.rules.apply(batch).rejects:
+                keep[start:start + batch.num_rows] &= ~np.asarray(mask, bool)
+        return keep
+
+    # -- apply: score and decide ------------------------------------------------------------
+
+    def apply(self, batch: pa.RecordBatch, state: dict[str, Any],
+              rejected: np.ndarray) -> StageOutput:
+        info = state["info"]
+        ids = np.asarray(batch.column(ID).to_numpy(), np.uint64)
+        n = batch.num_rows
+        aligner = LexicalAligner.load(state["model"], expected_hash=info["model_hash"])
+        src, tgt = batch.column("src"), batch.column("tgt")
+        scores = aligner.score(src, tgt) if n else np.zeros(0, dtype=np.float32)
+        seen = np.isin(ids, np.load(state["trained_ids"], allow_pickle=False))
+        threshold = np.where(seen, info["threshold"], info["threshold_unseen"])
+        p_values = np.where(seen, p_translation(scores, info["p_translation"]),
+                            p_translation(scores, info["p_translation_unseen"]))
+        out = StageOutput(columns={ALIGN_SCORE: pa.array(np.asarray(scores, np.float32)),
+                                   P_TRANSLATION: pa.array(np.asarray(p_values, np.float32))})
+        low_alignment = scores < threshold
+        shifted = np.zeros(n, dtype=bool)
+        # a reused model may have been trained on this corpus' lines, slipped ones included:
+        # it knows their cross pairs, so neighbours cannot be compared with it
+        if self.config.shift_links and not self.config.model:
+            # in file order, among the rows no earlier stage rejected
+            alive = np.flatnonzero(~rejected)
+            rows = pa.array(alive)
+            trained_cross = _trained_cross(
+                ids[alive], np.load(state["shift_skip_ids"], allow_pickle=False))
+            # a link between two rows that are surely translations is no slip: only links
+            # that touch a row below _SURE are scored (measured at 1M pairs with 5% junk: the
+            # decide step 47 -> 22 s, the same decisions on every quality mix)
+            unsure = p_values[alive] < _SURE
+            shifted[alive] = shifted_runs(aligner, src.take(rows), tgt.take(rows),
+                                          scores[alive], threshold=threshold[alive],
+                                          trained_cross=trained_cross,
+                                          check=unsure | np.r_[False, unsure[:-1]],
+                                          min_links=self.config.shift_links)
+        out.rejects = [("low_alignment", low_alignment), ("shifted_lines", shifted)]
+        # the report's kept / rejected histograms (rejected: by alignment, or by another
+        # reason first)
+        final = rejected | low_alignment | shifted
+        out.stats = {
+            "kept": _histogram(scores[~final]),
+            "rejected_low_alignment": _histogram(scores[low_alignment]),
+            "rejected_other": _histogram(scores[final & ~low_alignment])}
+        return out
+
+
+def _histogram(values: np.ndarray) -> list[int]:
+    edges = SCORE_HISTOGRAM_EDGES
+    values = values.astype(np.float64)
+    clipped = np.clip(values[np.isfinite(values)], edges[0], edges[-1])
+    counts: list[int] = np.histogram(clipped, bins=edges)[0].tolist()
+    return counts
+
+
+def _save(path: Path, values: np.ndarray) -> None:
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    with open(tmp, "wb") as f:
+        np.save(f, values, allow_pickle=False)
+    tmp.replace(path)
+
+
+def _trained_cross(ids: np.ndarray, trained: np.ndarray) -> np.ndarray:
+    """Per row, whether (the previous row's source, this row's target) was trained on:
+    ``trained`` holds sorted (row id, next row id) pairs of the shifted negatives."""
+    out = np.zeros(len(ids), dtype=bool)
+    if len(ids) < 2 or len(trained) == 0:
+        return out
+    at = np.minimum(np.searchsorted(trained[:, 0], ids[:-1]), len(trained) - 1)
+    out[1:] = (trained[at, 0] == ids[:-1]) & (trained[at, 1] == ids[1:])
+    return out
+
+
+def _training_pairs(context: CombineContext,
+                    limit: int) -> tuple[pa.Array, pa.Array, np.ndarray]:
+    """Rows no earlier stage rejected, evenly spread over the corpus: their sources, targets
+    and ids (at most about ``limit``)."""
+    eligible = []
+    for unit in range(len(context.scored)):
+        _, rejected = context.rejected_before(unit)
+        eligible.append(int((~rejected).sum()))
+    total = sum(eligible)
+    stride = max(1, -(-total // limit)) if limit else 1
+    src_parts, tgt_parts, id_parts = [], [], []
+    seen = 0
+    for unit in range(len(context.scored)):
+        table, rejected = context.rejected_before(unit)
+        positions = np.flatnonzero(~rejected)
+        chosen = positions[(np.arange(len(positions)) + seen) % stride == 0]
+        seen += len(positions)
+        picked = table.select(["src", "tgt", ID]).take(pa.array(chosen))
+        src_parts.append(picked.column("src").combine_chunks())
+        tgt_parts.append(picked.column("tgt").combine_chunks())
+        id_parts.append(picked.column(ID).to_numpy())
+    if not src_parts:
+        return pa.array([], pa.string()), pa.array([], pa.string()), np.zeros(0, np.uint64)
+    return (pa.concat_arrays(src_parts), pa.concat_arrays(tgt_parts),
+            np.concatenate(id_parts).astype(np.uint64))
+

@@ -1,0 +1,78 @@
+"""``quarantine``: rows a training run flagged (``FiniteStepGuard``'s file), rejected by id.
+
+A corpus stage with nothing to combine but the list itself: its ids are read and checked
+once, stored sorted in the run's work directory, and each unit looks its ids up there.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from spr_data.arrays import unique
+from spr_data.errors import InputError
+from spr_data.fsio import TMP_SUFFIX
+from spr_data.qa.stage import CombineContext, StageOutput
+from spr_data.schema import ID
+
+__all__ = ["QuarantineStage", "read_quarantine"]
+
+
+def read_quarantine(path: str | Path) -> np.ndarray:
+    """Row ids from a quarantine file: JSONL of ``{"row_ids": [...]}``, ``{"id": n}`` or ``n``."""
+    p = Path(path)
+    ids: list[int] = []
+    try:
+        text = p.read_text(encoding="utf-8-sig")  # a BOM, as some editors write, is fine
+    except FileNotFoundError:
+        raise InputError(f"quarantine file {p} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read quarantine file {p}: {exc}") from exc
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{p}:{number}: not JSON ({exc.msg})") from None
+        values = item.get("row_ids", item.get("ids", [item["id"]] if "id" in item else None)) \
+            if isinstance(item, dict) else [item]
+        if not isinstance(values, list) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 64
+                for v in values):
+            raise InputError(f"{p}:{number}: expected a row id, a list 'row_ids' of row ids, "
+                             f"or 'id'; found {line.strip()[:80]}")
+        ids.extend(values)
+    return unique(np.asarray(ids, dtype=np.uint64))
+
+
+@dataclass(frozen=True)
+class QuarantineStage:
+    """Rejects the rows whose ids the quarantine file at ``path`` lists."""
+
+    path: str
+    name: str = "quarantine"
+    reasons: tuple[str, ...] = ("quarantined",)
+
+    def partial(self, batch: pa.RecordBatch) -> None:
+        return None
+
+    def combine(self, context: CombineContext) -> dict[str, Any]:
+        ids = read_quarantine(self.path)
+        path = context.work / "quarantine.npy"
+        tmp = path.with_name(path.name + TMP_SUFFIX)
+        with open(tmp, "wb") as f:
+            np.save(f, ids, allow_pickle=False)
+        tmp.replace(path)
+        return {"ids": str(path), "count": len(ids)}
+
+    def apply(self, batch: pa.RecordBatch, state: dict[str, Any],
+              rejected: np.ndarray) -> StageOutput:
+        ids = np.asarray(batch.column(ID).to_numpy(), np.uint64)
+        hit = np.isin(ids, np.load(state["ids"], allow_pickle=False))
+        return StageOutput(rejects=[("quarantined", hit)], stats={"quarantined": [int(hit.sum())]})

@@ -1,0 +1,43 @@
+"""The stages of a cleaning recipe, in order: the one place that maps recipe names to stages.
+
+A new stage is one module with one class (see :mod:`spr_data.qa.stage` for the two shapes)
+and one line here; its reasons, its place in the waterfall and in each reject's ``reasons``
+follow from this list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from spr_data.qa.align_stage import AlignStage
+from spr_data.qa.dedup import DedupStage
+from spr_data.qa.langid import LangIdStage
+from spr_data.qa.normalize import NormalizeStage
+from spr_data.qa.quarantine import QuarantineStage
+from spr_data.qa.rules import RulesStage
+from spr_data.qa.stage import Stage
+from spr_data.recipe import Recipe
+from spr_data.schema import text_columns
+
+__all__ = ["build_stages"]
+
+
+def build_stages(recipe: Recipe, kind: str, langs: list[str], *,
+                 quarantine: str | Path | None = None) -> list[Stage]:
+    """The stages ``clean`` runs for ``recipe`` on a ``kind`` dataset of ``langs``, in order:
+    a quarantine list first (when given), then the recipe's stages."""
+    columns = text_columns(kind)  # type: ignore[arg-type]
+    rules = RulesStage(recipe.rules, columns, langs)
+    makers: dict[str, Callable[[], Stage]] = {
+        "normalize": lambda: NormalizeStage(recipe.normalize, columns),
+        "rules": lambda: rules,
+        "langid": lambda: LangIdStage(recipe.langid, columns, langs),
+        "dedup": lambda: DedupStage(recipe.dedup, columns),
+        "align": lambda: AlignStage(recipe.align, langs[0], langs[-1],
+                                    rules if "rules" in recipe.stages else None),
+    }
+    stages: list[Stage] = [QuarantineStage(str(quarantine))] if quarantine is not None else []
+    stages += [makers[name]() for name in recipe.stages]
+    return stages
+

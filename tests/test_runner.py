@@ -1,0 +1,181 @@
+"""The shard runner and the declared stages: what every shard command shares.
+
+* the waterfall, each reject's ``stage`` and the order of its ``reasons`` follow the declared
+  stages (nothing else lists them);
+* exact dedup by hash partitions gives the same rows as one partition, for any number of
+  partitions and workers;
+* accounting is read from the written files: a task that loses one row and repeats another
+  (the same count) stops the run before anything is published.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import spr_data.pipeline.tokenize as tokenize_module
+from spr_data import ingest, open_dataset
+from spr_data.errors import SprDataError
+from spr_data.manifest import MANIFEST_NAME
+from spr_data.outdir import REJECTS_DIR
+from spr_data.pipeline.clean import clean
+from spr_data.pipeline.executor import Executor, LocalExecutor
+from spr_data.pipeline.tokenize import tokenize
+from spr_data.qa.dedup import DedupStage, duplicate_ids, too_many_targets_ids
+from spr_data.qa.stage import stage_of
+from spr_data.qa.stages import build_stages
+from spr_data.recipe import DedupConfig, load_recipe
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@pytest.fixture(scope="module")
+def eng_ben(corpora: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("runner")
+    ingest([corpora / "parallel/tatoeba_manythings_eng-ben.tsv"], root / "ds",
+           langs=["en", "bn"], shard_rows=1000)
+    return root / "ds"
+
+
+def test_the_waterfall_and_the_reasons_follow_the_declared_stages(corpora: Path,
+                                                                  tmp_path: Path):
+    """On the noisy WMT en-de sample, whose rows fall to every stage."""
+    ingest([corpora / "parallel/opennmt_wmt_en-de.train.en.gz",
+            corpora / "parallel/opennmt_wmt_en-de.train.de.gz"], tmp_path / "ds",
+           langs=["en", "de"], shard_rows=3000)
+    report = clean(tmp_path / "ds", tmp_path / "out", workers=2)
+    ds = open_dataset(tmp_path / "ds")
+    stages = build_stages(load_recipe(None, ds.langs, ds.kind), ds.kind, ds.langs)
+    assert [s["name"] for s in report.stages] == [s.name for s in stages]
+    of = stage_of(stages)
+    rank = {reason: i for i, reason in enumerate(r for s in stages for r in s.reasons)}
+    rejects = open_dataset(tmp_path / "out" / REJECTS_DIR)
+    rows = rejects.take(np.arange(len(rejects))).to_pylist()
+    assert {of[r["reason"]] for r in rows} == {"rules", "langid", "dedup", "align"}
+    assert any(len(r["reasons"]) > 1 for r in rows)
+    for row in rows:
+        assert row["stage"] == of[row["reason"]] and row["reason"] == row["reasons"][0]
+        assert [rank[r] for r in row["reasons"]] == sorted(rank[r] for r in row["reasons"])
+    for step in report.stages:
+        assert all(of[r] == step["name"] for r in step["by_reason"])
+
+
+@dataclass
+class _Context:
+    """A combine context over in-memory units (what the runner builds from its work files)."""
+
+    work: Path
+    partials: list[Path | None]
+    executor: Executor
+    scored: list[Path] = field(default_factory=list)
+
+    def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[tuple[int, R]]:
+        return self.executor.map(fn, tasks)
+
+    def rejected_before(self, unit: int) -> tuple[pa.Table, np.ndarray]:
+        raise AssertionError("dedup needs no earlier decisions")
+
+
+def _units_with_repeats(corpora: Path) -> list[pa.Table]:
+    """Tatoeba eng-cmn pairs cut into 7 units, with rows repeated across units (same text,
+    a later id) and many targets for some sources."""
+    lines = gzip.decompress(
+        (corpora / "parallel/tatoeba_manythings_eng-cmn.tsv.gz").read_bytes()
+    ).decode("utf-8-sig").splitlines()
+    pairs = [tuple(line.split("\t")[:2]) for line in lines if line.count("\t") >= 1][:6000]
+    rng = np.random.default_rng(5)
+    extra = [pairs[i] for i in rng.integers(0, len(pairs), 1500)]
+    rows = pairs + extra
+    order = rng.permutation(len(rows))
+    src = [rows[i][0] for i in order]
+    tgt = [rows[i][1] for i in order]
+    table = pa.table({"id": pa.array(np.arange(len(rows), dtype=np.uint64)),
+                      "src": src, "tgt": tgt})
+    return [table.slice(lo, 1100) for lo in range(0, len(rows), 1100)]
+
+
+@pytest.mark.parametrize("partition_rows", [1 << 20, 1000, 300])
+def test_dedup_by_hash_partitions_is_the_same_for_any_partitioning(
+        corpora: Path, tmp_path: Path, partition_rows: int):
+    units = _units_with_repeats(corpora)
+    config = DedupConfig(max_targets_per_source=1)
+    stage = DedupStage(config, ("src", "tgt"), partition_rows=partition_rows)
+    partials: list[Path | None] = []
+    for i, unit in enumerate(units):
+        path = tmp_path / f"partial-{i}.npy"
+        np.save(path, stage.partial(unit), allow_pickle=False)
+        partials.append(path)
+    with LocalExecutor(2) as executor:
+        state = stage.combine(_Context(tmp_path, partials, executor))
+    rows = sum(u.num_rows for u in units)
+    assert len(state["partitions"]) == 1 << max(0, int(np.ceil(np.log2(rows / partition_rows))))
+    found = {"duplicate": [], "too_many_targets": []}
+    for unit in units:
+        out = stage.apply(unit, state, np.zeros(unit.num_rows, bool))
+        for reason, mask in out.rejects:
+            found[reason].append(unit.column("id").to_numpy()[mask])
+    everything = pa.concat_tables(units)
+    ids = everything.column("id").to_numpy()
+    from spr_data.qa.dedup import content_hashes
+
+    texts = [everything.column("src"), everything.column("tgt")]
+    expected_dup = duplicate_ids(content_hashes(texts), ids)
+    expected_many = too_many_targets_ids(content_hashes(texts[:1]), ids, 1)
+    assert len(expected_dup) >= 1000 and len(expected_many) > len(expected_dup)
+    assert np.array_equal(np.sort(np.concatenate(found["duplicate"])), expected_dup)
+    assert np.array_equal(np.sort(np.concatenate(found["too_many_targets"])), expected_many)
+
+
+def test_clean_dedups_the_rows_of_the_whole_corpus_reference(corpora: Path, tmp_path: Path):
+    """The partitioned dedup inside clean, on Tatoeba eng-cmn (which repeats some pairs), in
+    4 shards: the rejected ids are those of the whole-corpus reference (the first row by id of
+    each content kept)."""
+    ingest([corpora / "parallel/tatoeba_manythings_eng-cmn.tsv.gz"], tmp_path / "ds",
+           langs=["en", "zh"], shard_rows=8000)
+    eng_cmn = tmp_path / "ds"
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('stages = ["normalize", "dedup"]\n')
+    clean(eng_cmn, tmp_path / "out", recipe=recipe, workers=2)
+    rejects = open_dataset(tmp_path / "out" / REJECTS_DIR)
+    got = np.sort(rejects.take(np.arange(len(rejects))).column("id").to_numpy())
+    from spr_data.qa.dedup import content_hashes
+    from spr_data.qa.normalize import normalize_text
+
+    ds = open_dataset(eng_cmn)
+    table = ds.take(np.arange(len(ds)))
+    recipe_obj = load_recipe(recipe, ds.langs, ds.kind)
+    texts = [normalize_text(table.column(c).combine_chunks(), recipe_obj.normalize)
+             for c in ("src", "tgt")]
+    expected = duplicate_ids(content_hashes(texts), table.column("id").to_numpy())
+    assert len(expected) >= 50 and np.array_equal(got, expected)
+
+
+def test_accounting_is_read_from_the_written_files(eng_ben: Path, corpora: Path,
+                                                   tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch):
+    """A task that writes a shard with one row lost and another repeated (the same count,
+    so no sum of counts notices) stops the run before anything is published."""
+    real = tokenize_module.write_shard_file
+
+    def loses_a_row(path: Path, batch: Any, *, digest: bool = True) -> Any:
+        if path.name == "shard-00002.arrow":
+            batch = pa.concat_tables([pa.Table.from_batches([batch.slice(1)]),
+                                      pa.Table.from_batches([batch.slice(1, 1)])]
+                                     ).combine_chunks().to_batches()[0]
+        return real(path, batch, digest=digest)
+
+    monkeypatch.setattr(tokenize_module, "write_shard_file", loses_a_row)
+    out = tmp_path / "tok"
+    with pytest.raises(SprDataError, match="accounting failed for unit 2"):
+        tokenize(eng_ben, out, tokenizer=str(corpora / "tokenizers/gpt2-vocab.json"),
+                 workers=1)
+    assert not (out / MANIFEST_NAME).exists()
+    assert not list(out.glob("shard-*"))  # nothing where a reader would take it for rows
