@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import spr_data.qa.align as align_module
 from spr_data.errors import InputError
+from spr_data.pipeline.executor import LocalExecutor
 from spr_data.qa.align import (
     EMPTY_SCORE,
     UNK_ID,
@@ -254,6 +257,38 @@ def test_training_is_bit_identical(ben):
     other = LexicalAligner.train(src, tgt, AlignerOptions("en", "bn", max_table_entries=20_000))
     assert other.content_hash != first.content_hash
     np.testing.assert_allclose(other.score(src, tgt), first.score(src, tgt), atol=1e-3)
+
+
+@dataclass
+class _Tasks:
+    """EM's parts on real worker processes, with their files in ``work``."""
+
+    work: Path
+    executor: LocalExecutor
+
+    def map(self, fn, tasks):  # type: ignore[no-untyped-def]
+        return self.executor.map(fn, tasks)
+
+
+def test_em_in_parts_on_workers_is_bit_identical_to_one_process(ben, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch):
+    """EM's expectation step runs as one task per part of the pairs (parts cut by the data
+    alone), summed in part order: the model is the same bits in this process or on two
+    worker processes, and nearly the model of one part."""
+    src, tgt = ben
+    opts = AlignerOptions("en", "bn")
+    one_part = LexicalAligner.train(src, tgt, opts)
+    monkeypatch.setattr(align_module, "_PART_COOC", 20_000)  # the driver cuts the parts
+    here = LexicalAligner.train(src, tgt, opts)
+    with LocalExecutor(2) as executor:
+        apart = LexicalAligner.train(src, tgt, opts, tasks=_Tasks(tmp_path, executor))
+    assert here.content_hash == apart.content_hash
+    assert list(tmp_path.iterdir()) == []  # EM's files are removed
+    parts = align_module._em_parts(*(align_module._encode(
+        side, vocab, opts.max_train_tokens) for side, vocab in
+        ((src, here.src_vocab), (tgt, here.tgt_vocab))), 20_000)
+    assert len(parts) >= 4
+    np.testing.assert_allclose(here.score(src, tgt), one_part.score(src, tgt), atol=1e-3)
 
 
 def test_scores_do_not_depend_on_batching(ben):

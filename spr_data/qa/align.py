@@ -48,11 +48,13 @@ import io
 import itertools
 import json
 import math
+import shutil
+import tempfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import polars as pl
@@ -77,6 +79,7 @@ __all__ = [
     "Calibration",
     "LexicalAligner",
     "Negatives",
+    "TaskMap",
     "Vocabulary",
     "alignment_tokens",
     "calibrate",
@@ -115,9 +118,10 @@ _HASH_MULT = np.uint64(0x9E3779B97F4A7C15)
 # Hash load factors: lower is faster (fewer second probes) and larger. Training's table can
 # hold millions of pairs, the pruned scoring table is smaller and read far more often.
 _TRAIN_LOAD = 0.5
-#: co-occurrences whose table positions EM keeps between iterations (64 MB: the training
-#: process stays under 1 GB with the workers, at max_train_pairs)
-_EM_POSITIONS = 16_000_000
+#: co-occurrences of one EM part (a task per iteration): its table positions, 4 bytes each,
+#: are found once and kept on disk; it holds about 100 bytes a co-occurrence of one block of
+#: ``chunk_cooc`` in memory, plus the table and its counts
+_PART_COOC = 24_000_000
 _SCORE_LOAD = 0.3
 # Keys inserted into a hash at a time: bounds the temporaries of building it.
 _INSERT_CHUNK = 1 << 20
@@ -352,6 +356,15 @@ class _PackedHash:
         for lo in range(0, keys.size, _INSERT_CHUNK):
             self._insert(keys[lo:lo + _INSERT_CHUNK], payload[lo:lo + _INSERT_CHUNK])
 
+    @classmethod
+    def from_slots(cls, slots: NDArray[np.uint64], size: int, absent: int) -> _PackedHash:
+        """A map rebuilt from another one's ``slots`` and ``size`` (as a task reads it)."""
+        self = cls.__new__(cls)
+        self.size = size
+        self.empty = (np.uint64(absent) << np.uint64(32)) | np.uint64(_EMPTY_KEY)
+        self.slots = slots
+        return self
+
     def _insert(self, keys: U32, payload: U32) -> None:
         """Linear probing in rounds; the first key (in key order) wins a contested slot."""
         packed = (payload.astype(np.uint64) << np.uint64(32)) | keys.astype(np.uint64)
@@ -489,42 +502,88 @@ def _count_range(src: _Ragged, tgt: _Ragged, sel: I64, src_pair: I64, m_of_e: I6
     return u + base, c.astype(np.uint32)
 
 
-def _em(src: _Ragged, tgt: _Ragged, keys: U32, src_size: int, tgt_size: int,
-        options: AlignerOptions) -> tuple[F32, F32, F32, F32]:
-    """EM for Model 1 in both directions at once: both share the co-occurrences and lookups.
+T = TypeVar("T")
+R = TypeVar("R")
 
-    Returns ``t(f|e)``, ``t(e|f)`` per key, ``t(f|NULL)``, ``t(e|NULL)``; uniform start. The two
-    directions travel as the real and imaginary parts of one complex array, so one gather and
-    one scattered add serve both. Sums are float64 in a fixed order (``bincount``,
-    ``reduceat`` and ``add.at`` run in array order; chunks are fixed), so the result is
-    bit-identical for the same input.
-    """
-    n_keys = keys.size
-    index = _PackedHash(keys, np.arange(n_keys, dtype=np.uint32), absent=n_keys,
-                        load=_TRAIN_LOAD)
-    table = np.zeros(n_keys + 1, np.complex64)  # real: t(f|e), imag: t(e|f); last: absent
-    table.real[:-1] = 1.0 / tgt_size
-    table.imag[:-1] = 1.0 / src_size
-    null_f = np.full(tgt_size, 1.0 / tgt_size)
-    null_e = np.full(src_size, 1.0 / src_size)
-    counts = np.zeros(n_keys + 1, np.complex128)
-    step = options.chunk_cooc
-    # each co-occurrence's table position is the same in every iteration: found once and kept
-    # (4 bytes each) for as many blocks as _EM_POSITIONS allows, found again for the rest
-    positions: list[U32 | None] = []
-    kept = 0
-    for iteration in range(options.iterations):
-        counts.fill(0)
-        cnt_null_f = np.zeros(tgt_size)
-        cnt_null_e = np.zeros(src_size)
-        for b, block in enumerate(_blocks(src, tgt, tgt_size, options.chunk_cooc)):
-            found = positions[b] if iteration else None
-            if found is None:
+
+class TaskMap(Protocol):
+    """Where EM runs its parts: ``map`` runs a module-level function over tasks (on local
+    processes, on Ray, or in this process) and ``work`` is a directory every task can read
+    and write (the EM's files go in a folder of it, removed at the end)."""
+
+    @property
+    def work(self) -> Path:
+        ...
+
+    def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[tuple[int, R]]:
+        ...
+
+
+class _InProcess:
+    """Every task in this process, in order; files in a temporary directory."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+
+    def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[tuple[int, R]]:
+        for i, task in enumerate(tasks):
+            yield i, fn(task)
+
+
+@dataclass(frozen=True)
+class _EPart:
+    """One part of EM's expectation step: pairs ``lo .. hi`` in iteration ``iteration``."""
+
+    index: int
+    lo: int
+    hi: int
+    iteration: int
+    folder: str
+    n_keys: int
+    src_size: int
+    tgt_size: int
+    slots_size: int
+    chunk_cooc: int
+
+
+def _ragged_part(folder: Path, side: str, lo: int, hi: int) -> _Ragged:
+    offsets = np.load(folder / f"{side}_offsets.npy", mmap_mode="r")[lo:hi + 1]
+    ids = np.load(folder / f"{side}_ids.npy", mmap_mode="r")[offsets[0]:offsets[-1]]
+    return _Ragged(np.asarray(offsets - offsets[0], np.int64), np.array(ids, np.int32))
+
+
+def _e_step(task: _EPart) -> str:
+    """Expected counts of one part under the iteration's table: each co-occurrence's share of
+    its target word (``t(f|e)``) and of its source word (``t(e|f)``), summed per word pair in
+    block order (``bincount``), so a part's counts are the same bits wherever it runs. The
+    table position of each co-occurrence is found in the first iteration and read back from
+    disk in the others."""
+    folder = Path(task.folder)
+    src = _ragged_part(folder, "src", task.lo, task.hi)
+    tgt = _ragged_part(folder, "tgt", task.lo, task.hi)
+    table = np.load(folder / f"table-{task.iteration}.npy", mmap_mode="r")
+    null_f, null_e = np.load(folder / f"null-{task.iteration}.npy", allow_pickle=False)
+    null_f, null_e = null_f[:task.tgt_size], null_e[:task.src_size]
+    n = task.n_keys + 1
+    counts_fe = np.zeros(n)
+    counts_ef = np.zeros(n)
+    cnt_null_f = np.zeros(task.tgt_size)
+    cnt_null_e = np.zeros(task.src_size)
+    positions = folder / f"positions-{task.index:05d}.u32"
+    index = None
+    if task.iteration == 0:
+        index = _PackedHash.from_slots(np.load(folder / "slots.npy"), task.slots_size,
+                                       absent=task.n_keys)
+        write = open(positions.with_name(positions.name + ".tmp"), "wb")  # noqa: SIM115
+    else:
+        read = open(positions, "rb")  # noqa: SIM115
+    try:
+        for block in _blocks(src, tgt, task.tgt_size, task.chunk_cooc):
+            if index is not None:
                 found = index.find(block.keys)
-                if not iteration:
-                    fits = kept + found.size <= _EM_POSITIONS
-                    positions.append(found if fits else None)
-                    kept += found.size if fits else 0
+                found.tofile(write)
+            else:
+                found = np.fromfile(read, np.uint32, count=block.keys.size)
             pos = found.astype(np.intp)
             p = table[pos]
             p_fe = p.real.astype(np.float64)
@@ -533,28 +592,102 @@ def _em(src: _Ragged, tgt: _Ragged, keys: U32, src_size: int, tgt_size: int,
             ne = null_e[block.src_ids]
             den_f = np.bincount(block.gf, weights=p_fe, minlength=block.tgt_ids.size) + nf
             den_e = np.add.reduceat(p_ef, block.runs) + ne
-            post = np.empty(pos.size, np.complex128)
-            np.divide(p_fe, den_f[block.gf], out=post.real)
-            np.divide(p_ef, np.repeat(den_e, block.m_of_e), out=post.imag)
-            np.add.at(counts, pos, post)
-            cnt_null_f += np.bincount(block.tgt_ids, weights=nf / den_f, minlength=tgt_size)
-            cnt_null_e += np.bincount(block.src_ids, weights=ne / den_e, minlength=src_size)
-        # M-step in fixed chunks of keys: bounded temporaries
-        tot_e = np.zeros(src_size)
-        tot_f = np.zeros(tgt_size)
-        for lo in range(0, n_keys, step):
-            k = keys[lo:lo + step]
-            tot_e += np.bincount(k // tgt_size, weights=counts.real[lo:lo + k.size],
-                                 minlength=src_size)
-            tot_f += np.bincount(k % tgt_size, weights=counts.imag[lo:lo + k.size],
-                                 minlength=tgt_size)
-        for lo in range(0, n_keys, step):
-            k = keys[lo:lo + step]
-            sl = slice(lo, lo + k.size)
-            table.real[sl] = _safe_div(counts.real[sl], tot_e[k // tgt_size])
-            table.imag[sl] = _safe_div(counts.imag[sl], tot_f[k % tgt_size])
-        null_f = _safe_div(cnt_null_f, np.full(tgt_size, cnt_null_f.sum()))
-        null_e = _safe_div(cnt_null_e, np.full(src_size, cnt_null_e.sum()))
+            counts_fe += np.bincount(pos, weights=p_fe / den_f[block.gf], minlength=n)
+            counts_ef += np.bincount(pos, weights=p_ef / np.repeat(den_e, block.m_of_e),
+                                     minlength=n)
+            cnt_null_f += np.bincount(block.tgt_ids, weights=nf / den_f,
+                                      minlength=task.tgt_size)
+            cnt_null_e += np.bincount(block.src_ids, weights=ne / den_e,
+                                      minlength=task.src_size)
+    finally:
+        (write if index is not None else read).close()
+    if index is not None:
+        positions.with_name(positions.name + ".tmp").replace(positions)
+    out = folder / f"counts-{task.iteration}-{task.index:05d}.npy"
+    tmp = out.with_name(out.name + ".tmp")
+    with open(tmp, "wb") as f:  # four arrays one after the other (.npy, no zip to checksum)
+        for values in (counts_fe, counts_ef, cnt_null_f, cnt_null_e):
+            np.save(f, values, allow_pickle=False)
+    tmp.replace(out)
+    return str(out)
+
+
+def _em_parts(src: _Ragged, tgt: _Ragged, budget: int) -> list[tuple[int, int]]:
+    """Ranges of pairs with about ``budget`` co-occurrences each: a function of the data
+    alone, so the model is the same bits for any number of workers."""
+    cost = np.cumsum(src.lengths * tgt.lengths)
+    total = int(cost[-1]) if cost.size else 0
+    parts = max(1, -(-total // budget))
+    cuts = np.searchsorted(cost, np.arange(1, parts) * (total / parts), side="right")
+    bounds = np.unique(np.r_[0, cuts, cost.size])
+    return [(int(a), int(b)) for a, b in itertools.pairwise(bounds) if b > a]
+
+
+def _em(src: _Ragged, tgt: _Ragged, keys: U32, src_size: int, tgt_size: int,
+        options: AlignerOptions, tasks: TaskMap) -> tuple[F32, F32, F32, F32]:
+    """EM for Model 1 in both directions at once: both share the co-occurrences and lookups.
+
+    Returns ``t(f|e)``, ``t(e|f)`` per key, ``t(f|NULL)``, ``t(e|NULL)``; uniform start. The
+    expectation step runs as one task per part of the pairs (:func:`_em_parts`, a function of
+    the data alone) on ``tasks``, the maximization step here: the parts' counts are summed in
+    part order, so the model is bit-identical for the same input on any number of workers.
+    Sums are float64.
+    """
+    n_keys = keys.size
+    folder = Path(tempfile.mkdtemp(prefix="em-", dir=tasks.work))
+    try:
+        index = _PackedHash(keys, np.arange(n_keys, dtype=np.uint32), absent=n_keys,
+                            load=_TRAIN_LOAD)
+        np.save(folder / "slots.npy", index.slots)
+        for side, ragged in (("src", src), ("tgt", tgt)):
+            np.save(folder / f"{side}_offsets.npy", ragged.offsets)
+            np.save(folder / f"{side}_ids.npy", ragged.ids)
+        parts = _em_parts(src, tgt, _PART_COOC)
+        slots_size = index.size
+        del index
+        table = np.zeros(n_keys + 1, np.complex64)  # real: t(f|e), imag: t(e|f); last: absent
+        table.real[:-1] = 1.0 / tgt_size
+        table.imag[:-1] = 1.0 / src_size
+        null_f = np.full(tgt_size, 1.0 / tgt_size)
+        null_e = np.full(src_size, 1.0 / src_size)
+        step = options.chunk_cooc
+        for iteration in range(options.iterations):
+            np.save(folder / f"table-{iteration}.npy", table)
+            nulls = np.zeros((2, max(src_size, tgt_size)))
+            nulls[0, :tgt_size], nulls[1, :src_size] = null_f, null_e
+            np.save(folder / f"null-{iteration}.npy", nulls)
+            todo = [_EPart(part, lo, hi, iteration, str(folder), n_keys, src_size, tgt_size,
+                           slots_size, options.chunk_cooc)
+                    for part, (lo, hi) in enumerate(parts)]
+            done = dict(tasks.map(_e_step, todo))
+            counts_fe = np.zeros(n_keys + 1)
+            counts_ef = np.zeros(n_keys + 1)
+            cnt_null_f = np.zeros(tgt_size)
+            cnt_null_e = np.zeros(src_size)
+            for part in range(len(parts)):  # in part order: the same sums for any workers
+                with open(done[part], "rb") as f:
+                    for total in (counts_fe, counts_ef, cnt_null_f, cnt_null_e):
+                        total += np.load(f, allow_pickle=False)
+                Path(done[part]).unlink()
+            (folder / f"table-{iteration}.npy").unlink()
+            # M-step in fixed chunks of keys: bounded temporaries
+            tot_e = np.zeros(src_size)
+            tot_f = np.zeros(tgt_size)
+            for lo in range(0, n_keys, step):
+                k = keys[lo:lo + step]
+                tot_e += np.bincount(k // tgt_size, weights=counts_fe[lo:lo + k.size],
+                                     minlength=src_size)
+                tot_f += np.bincount(k % tgt_size, weights=counts_ef[lo:lo + k.size],
+                                     minlength=tgt_size)
+            for lo in range(0, n_keys, step):
+                k = keys[lo:lo + step]
+                sl = slice(lo, lo + k.size)
+                table.real[sl] = _safe_div(counts_fe[sl], tot_e[k // tgt_size])
+                table.imag[sl] = _safe_div(counts_ef[sl], tot_f[k % tgt_size])
+            null_f = _safe_div(cnt_null_f, np.full(tgt_size, cnt_null_f.sum()))
+            null_e = _safe_div(cnt_null_e, np.full(src_size, cnt_null_e.sum()))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     return (table.real[:-1].astype(np.float32), table.imag[:-1].astype(np.float32),
             null_f.astype(np.float32), null_e.astype(np.float32))
 
@@ -655,12 +788,14 @@ class LexicalAligner:
 
     @classmethod
     def train(cls, src: pa.Array | pa.ChunkedArray, tgt: pa.Array | pa.ChunkedArray,
-              options: AlignerOptions) -> LexicalAligner:
+              options: AlignerOptions, *, tasks: TaskMap | None = None) -> LexicalAligner:
         """EM for IBM Model 1 in both directions on (a seeded subsample of) the pairs.
 
         Only the rows :func:`training_rows` picks are read: a caller streaming shards can pick
         them itself and pass just those. Pairs with an empty side are left out of training.
-        The same pairs, options and seed give a bit-identical model (:attr:`content_hash`).
+        EM's expectation step runs in parts on ``tasks`` (local processes, Ray; default: this
+        process). The same pairs, options and seed give a bit-identical model
+        (:attr:`content_hash`), wherever and on how many workers the parts run.
         """
         options.check()
         if len(src) != len(tgt):
@@ -684,8 +819,13 @@ class LexicalAligner:
         ratio = np.log((src_ids.lengths + 1) / (tgt_ids.lengths + 1))
         keys = _table_keys(src_ids, tgt_ids, src_vocab.size, tgt_vocab.size,
                            max_entries=options.max_table_entries, budget=options.chunk_cooc)
-        t_fe, t_ef, null_f, null_e = _em(src_ids, tgt_ids, keys, src_vocab.size,
-                                         tgt_vocab.size, options)
+        if tasks is None:
+            with tempfile.TemporaryDirectory(prefix="spr-data-align-") as tmp:
+                t_fe, t_ef, null_f, null_e = _em(src_ids, tgt_ids, keys, src_vocab.size,
+                                                 tgt_vocab.size, options, _InProcess(Path(tmp)))
+        else:
+            t_fe, t_ef, null_f, null_e = _em(src_ids, tgt_ids, keys, src_vocab.size,
+                                             tgt_vocab.size, options, tasks)
         link = (t_fe.astype(np.float64) + t_ef) / 2
         keep = np.flatnonzero(link >= options.prune_below)
         return cls(options, src_vocab, tgt_vocab, keys[keep], t_fe[keep], t_ef[keep], null_f,

@@ -11,6 +11,7 @@ run of neighbours translate each other better than their own lines.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from dataclasses import dataclass
@@ -154,10 +155,16 @@ class AlignStage:
                                  seed=cfg.seed)
         started = time.perf_counter()
         aligner = (self._reused_model() if cfg.model
-                   else LexicalAligner.train(train_src, train_tgt, options))
+                   else LexicalAligner.train(train_src, train_tgt, options, tasks=context))
         train_seconds = time.perf_counter() - started
-        corpus_scores = aligner.score(src, tgt)
-        unseen_scores = aligner.score(unseen_neg.src, unseen_neg.tgt)
+        tmp = work / ("align_model.npz" + TMP_SUFFIX)
+        aligner.save(tmp)
+        tmp.replace(paths["model"])
+        # the corpus sample and both sets of negatives, scored as tasks on the workers
+        started = time.perf_counter()
+        corpus_scores, unseen_scores, seen_scores = _scores_in_tasks(
+            context, paths["model"], aligner.content_hash,
+            [(src, tgt), (unseen_neg.src, unseen_neg.tgt), (seen_neg.src, seen_neg.tgt)])
 
         def calibrated(corpus: np.ndarray, negatives: Any, scores: np.ndarray) -> Any:
             try:
@@ -178,11 +185,11 @@ class AlignStage:
                                    corpus_histogram=(0,) * (SCORE_EDGES.size - 1),
                                    negatives_histogram=(0,) * (SCORE_EDGES.size - 1))
 
+        score_seconds = time.perf_counter() - started
         unseen = calibrated(corpus_scores[held], unseen_neg, unseen_scores)
         if outside:
             seen, seen_scores, seen_negatives = unseen, unseen_scores, unseen_neg
         else:
-            seen_scores = aligner.score(seen_neg.src, seen_neg.tgt)
             seen = calibrated(corpus_scores[in_train], seen_neg, seen_scores)
             seen_negatives = seen_neg
         warnings: list[str] = []
@@ -206,9 +213,6 @@ class AlignStage:
                             f"of them poorly: a threshold that keeps the real pairs rejects "
                             f"only {seen.negatives_rejected:.0%} of the negatives; train it on "
                             "a larger or trusted corpus (align.trusted)")
-        tmp = work / ("align_model.npz" + TMP_SUFFIX)
-        aligner.save(tmp)
-        tmp.replace(paths["model"])
         shifted_kind = seen_neg.kinds == NEGATIVE_KINDS.index("shifted")
         made_from = seen_neg.rows[shifted_kind] if not outside else np.zeros(0, np.int64)
         skip_ids = np.stack([ids[made_from], ids[(made_from + 1) % n]], axis=1)
@@ -220,6 +224,7 @@ class AlignStage:
                 "corpus_pairs_scored": n, "quantile": cfg.quantile,
                 "min_score": cfg.min_score, "trusted": cfg.trusted, "model": cfg.model,
                 "model_hash": aligner.content_hash, "train_seconds": round(train_seconds, 3),
+                "score_seconds": round(score_seconds, 3),
                 "calibrated_threshold": seen.threshold,
                 "calibrated_threshold_unseen": unseen.threshold,
                 # the mixture bounds the share from both sides (see calibrate): its midpoint,
@@ -321,6 +326,52 @@ class AlignStage:
             "rejected_low_alignment": _histogram(scores[low_alignment]),
             "rejected_other": _histogram(scores[final & ~low_alignment])}
         return out
+
+
+#: pairs a scoring task takes at a time
+_SCORE_TASK_ROWS = 65536
+
+
+@dataclass(frozen=True)
+class _ScoreTask:
+    model: str
+    model_hash: str
+    pairs: str
+    lo: int
+    hi: int
+
+
+def _score_task(task: _ScoreTask) -> np.ndarray:
+    aligner = LexicalAligner.load(task.model, expected_hash=task.model_hash)
+    with pa.memory_map(task.pairs) as source:
+        table = pa.ipc.open_file(source).read_all().slice(task.lo, task.hi - task.lo)
+    scores: np.ndarray = aligner.score(table.column("src"), table.column("tgt"))
+    return scores
+
+
+def _scores_in_tasks(context: CombineContext, model: Path, model_hash: str,
+                     sets: list[tuple[pa.Array, pa.Array]]) -> list[np.ndarray]:
+    """``align_score`` of each set of pairs, scored in slices as tasks on the executor (a
+    pair's score does not depend on the slice it is scored in)."""
+    src = pa.concat_arrays([a.cast(pa.large_string()) for a, _ in sets])
+    tgt = pa.concat_arrays([b.cast(pa.large_string()) for _, b in sets])
+    path = context.work / "align_pairs.arrow"
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    with pa.OSFile(str(tmp), "wb") as sink, \
+            pa.ipc.new_file(sink, pa.schema([("src", src.type), ("tgt", tgt.type)])) as out:
+        out.write_table(pa.table({"src": src, "tgt": tgt}))
+    tmp.replace(path)
+    try:
+        tasks = [_ScoreTask(str(model), model_hash, str(path), lo,
+                            min(lo + _SCORE_TASK_ROWS, len(src)))
+                 for lo in range(0, len(src), _SCORE_TASK_ROWS)]
+        done = dict(context.map(_score_task, tasks))
+    finally:
+        path.unlink(missing_ok=True)
+    scores = (np.concatenate([done[i] for i in range(len(tasks))]) if tasks
+              else np.zeros(0, np.float32))
+    bounds = np.cumsum([0] + [len(a) for a, _ in sets])
+    return [scores[lo:hi] for lo, hi in itertools.pairwise(bounds)]
 
 
 def _histogram(values: np.ndarray) -> list[int]:
