@@ -43,6 +43,7 @@ from spr_data.outdir import (
     output_lock,
     prepare_output,
     publish,
+    temp_tag,
 )
 from spr_data.pipeline.executor import Executor, LocalExecutor, executor_for, run_apart
 from spr_data.pipeline.units import finished_unit, mark_unit_finished, unit_rows
@@ -242,10 +243,11 @@ def _read_shard(path: Path) -> pa.Table:
         return pa.ipc.open_file(source).read_all()
 
 
-def _write_ipc(path: Path, table: pa.Table, *, digest: bool = True) -> ShardInfo:
+def _write_ipc(path: Path, table: pa.Table, *, digest: bool = True,
+               tag: str | None = None) -> ShardInfo:
     batches = table.combine_chunks().to_batches()
     batch = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
-    return write_shard_file(path, batch, digest=digest)
+    return write_shard_file(path, batch, digest=digest, tag=tag)
 
 
 def _score_task(task: _ShardTask) -> int:
@@ -380,8 +382,9 @@ def _decide_task(task: _ShardTask) -> dict[str, Any]:
     out = Path(task.out)
     kept_path = out / shard_name(task.index)
     reject_path = out / REJECTS_DIR / shard_name(task.index, rejects=True)
-    kept_info = _write_ipc(kept_path, kept)
-    reject_info = _write_ipc(reject_path, rejected_table)
+    tag = temp_tag(out)  # this worker's, recorded in the run's work state
+    kept_info = _write_ipc(kept_path, kept, tag=tag)
+    reject_info = _write_ipc(reject_path, rejected_table, tag=tag)
     stats: dict[str, Any] = {
         "rows": n, "kept": kept_info.__dict__, "rejects": reject_info.__dict__,
         "by_reason": _counts(first),
@@ -984,11 +987,13 @@ def _finish(source: Dataset, out: Path, work: Path, recipe: Recipe,
         examples=dict(sorted(examples.items())))
     if not allow_heavy_loss:
         _refuse_heavy_loss(report, recipe, work, source.langs)
+    tag = temp_tag(out)
     atomic_write_bytes(out / "report.json",
-                       json.dumps(report.to_json(), indent=2, ensure_ascii=False).encode())
+                       json.dumps(report.to_json(), indent=2, ensure_ascii=False).encode(),
+                       tag=tag)
     from spr_data.qa.report_html import render_report
 
-    atomic_write_bytes(out / "report.html", render_report(report.to_json()).encode())
+    atomic_write_bytes(out / "report.html", render_report(report.to_json()).encode(), tag=tag)
     if align_info is not None:
         shutil.copyfile(work / "align_model.npz", out / "align_model.npz")
     id_bound = source.manifest.id_bound

@@ -29,7 +29,15 @@ from spr_data.dataset import Dataset, open_dataset
 from spr_data.errors import DatasetError, InputError, SprDataError
 from spr_data.fsio import sha256_file
 from spr_data.manifest import Manifest, ShardInfo
-from spr_data.outdir import WORK_DIR, check_run, claim, output_lock, prepare_output, publish
+from spr_data.outdir import (
+    WORK_DIR,
+    check_run,
+    claim,
+    output_lock,
+    prepare_output,
+    publish,
+    temp_tag,
+)
 from spr_data.pipeline.executor import Executor, executor_for
 from spr_data.pipeline.units import finished_unit, mark_unit_finished, unit_rows
 from spr_data.reader import ReaderOptions
@@ -149,7 +157,8 @@ def _tokenize_task(task: _Task) -> dict[str, Any]:
             table = table.drop_columns([name])
         table = table.append_column(pa.field(name, array.type, nullable=False), array)
     path = Path(task.out) / shard_name(task.index)
-    info = write_shard_file(path, table.combine_chunks().to_batches()[0])
+    info = write_shard_file(path, table.combine_chunks().to_batches()[0],
+                            tag=temp_tag(Path(task.out)))
     stats = {"shard": info.__dict__, "tokens": tokens}
     return mark_unit_finished(work, task.out, task.index, stats, [path])
 
