@@ -72,7 +72,7 @@ def prepare(work: Path, data: Path | None, vocab_size: int = 2000) -> tuple[Path
         ingest([source], work / "raw", langs=["en", "zh"], overwrite=True)
         clean(work / "raw", work / "clean", workers=1, overwrite=True)
         train_tokenizer([work / "clean"], work / "tokenizer", kind="sentencepiece-bpe",
-                        vocab_size=vocab_size)
+                        vocab_size=vocab_size, overwrite=True)
         tokenize(work / "clean", tokenized, tokenizer=str(model_file), workers=1,
                  overwrite=True)
     import sentencepiece as spm

@@ -20,7 +20,7 @@ from pathlib import Path
 from spr_data.errors import InputError, OutputError
 from spr_data.fsio import fsync_dir, os_error_message
 from spr_data.manifest import ShardInfo
-from spr_data.reader import FileSystem, RetryPolicy, fetch_verified
+from spr_data.reader import FileSystem, RetryPolicy, check_size, fetch_verified
 
 __all__ = ["ShardCache"]
 
@@ -106,6 +106,7 @@ class ShardCache:
         target = self.path_for(info)
         if _fresh(target, info):
             return target
+        check_size(fs, path, info.bytes, policy)  # a forged size evicts nothing
         self._make_room(info.bytes)
         part = target.with_name(f"{target.name}{_PART}{os.getpid()}-{threading.get_ident()}")
         try:

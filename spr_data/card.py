@@ -67,9 +67,12 @@ def card_text(manifest: Manifest, rejects: Manifest | None = None) -> str:
     return "\n".join([*head, "---", *body]) + "\n"
 
 
-def write_card(directory: Path, manifest: Manifest, rejects: Manifest | None = None) -> None:
-    """Atomically write ``directory/README.md`` (before the manifest: the manifest is last)."""
-    atomic_write_bytes(directory / CARD_NAME, card_text(manifest, rejects).encode("utf-8"))
+def write_card(directory: Path, manifest: Manifest, rejects: Manifest | None = None, *,
+               tag: str | None = None) -> None:
+    """Atomically write ``directory/README.md`` (before the manifest: the manifest is last;
+    ``tag``: the run's token for the temp name)."""
+    atomic_write_bytes(directory / CARD_NAME, card_text(manifest, rejects).encode("utf-8"),
+                       tag=tag)
 
 
 def is_card(path: Path) -> bool:

@@ -173,6 +173,14 @@ def _fail(message: str, exit_code: int, *, as_json: bool) -> NoReturn:
     raise typer.Exit(exit_code)
 
 
+def _json_failure(summary: str, problems: list[str]) -> dict[str, Any]:
+    """The ``error`` and ``exit_code`` keys of a failed check's ``--json`` report (exit 1), so
+    a script that reads only those two keys of any command's output sees the failure."""
+    first = f": {problems[0]}" if problems else ""
+    more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+    return {"error": " ".join(f"{summary}{first}{more}".split()), "exit_code": 1}
+
+
 def _cli_text(message: str) -> str:
     """The library names its options as Python keywords (``pass overwrite=True``); on the
     command line the same option is a flag (``pass --overwrite``)."""
@@ -479,6 +487,8 @@ def train_tokenizer(
     weights: Annotated[str | None, typer.Option(
         "--weights", help="Explicit group weights instead, e.g. Latin=0.5,Bengali=0.5.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sampling.")] = 0,
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="Replace the tokenizer an earlier run wrote into --out.")] = False,
     retries: RetriesOption = None,
     cache_dir: CacheDirOption = None,
     as_json: JsonOption = False,
@@ -495,7 +505,7 @@ def train_tokenizer(
              "held-out report": "segments"}
     with console.progress_phases(enabled=True, units=units) as progress:
         result = run_train(inputs, out, kind=kind, vocab_size=vocab_size, balance=balance,
-                           alpha=alpha, weights=parsed, seed=seed,
+                           alpha=alpha, weights=parsed, seed=seed, overwrite=overwrite,
                            reader=_reader(retries, cache_dir), on_progress=progress)
         progress("held-out report", 0, len(result.held_out))
         by_lang: dict[str, list[str]] = {}
@@ -572,7 +582,12 @@ def audit(
     report = audit_dataset(dataset, ids_log=ids_log, min_distinct=min_distinct, replay=replay,
                            reader=_reader(retries, cache_dir))
     if as_json:
-        console.print_json(report.to_json())
+        data = report.to_json()
+        if not report.ok:
+            failed = [name for name, check in report.checks.items() if not check["ok"]]
+            problems = [p for name in failed for p in report.checks[name].get("problems", [])]
+            data |= _json_failure(f"audit of {dataset} failed ({', '.join(failed)})", problems)
+        console.print_json(data)
     else:
         for name, check in report.checks.items():
             mark = "[green]ok[/]  " if check["ok"] else "[red]FAIL[/]"
@@ -686,7 +701,11 @@ def verify(
 
     report = verify_dataset(dataset, reader=_reader(retries, None))
     if as_json:
-        console.print_json(report.to_json())
+        data = report.to_json()
+        if not report.ok:
+            data |= _json_failure(f"{dataset} does not match its manifest",
+                                  report.all_problems())
+        console.print_json(data)
     elif report.ok:
         rejected = report.rejects.rows if report.rejects else 0
         console.out.print(f"[green]ok[/] {dataset}: {report.shards} shard(s), {report.rows:,} "

@@ -21,10 +21,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spr_data.cache import ShardCache
-from spr_data.errors import DatasetError, InputError
+from spr_data.errors import DatasetError, InputError, SprDataError
 from spr_data.fsio import sha256_file
 from spr_data.manifest import (
     MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
     Manifest,
     ShardInfo,
     parse_manifest,
@@ -35,10 +36,13 @@ from spr_data.reader import (
     ReaderOptions,
     RetryingFile,
     RetryPolicy,
+    check_size,
     fetch_verified,
+    file_size,
     filesystem_for,
     read_all,
 )
+from spr_data.schema import schema_mismatch
 
 if TYPE_CHECKING:
     import polars as pl
@@ -139,7 +143,7 @@ class _Shard:
         except (OSError, pa.ArrowInvalid) as exc:
             raise DatasetError(f"cannot open shard {path}: {exc}; run spr-data verify") from exc
         if not reader.schema.equals(schema):
-            raise DatasetError(f"shard {path} has schema {reader.schema}, expected {schema}")
+            raise DatasetError(schema_mismatch(path, reader.schema, schema))
         self.batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
         self.starts = np.cumsum([0] + [b.num_rows for b in self.batches], dtype=np.int64)
         self.leaves: list[_Leaf] | None = None
@@ -364,6 +368,57 @@ class Dataset:
         """Where a shard of this dataset is read from: a path, or a URL."""
         return _join(self.location, info.file)
 
+    def shard_size(self, info: ShardInfo) -> int | None:
+        """The real size of a shard's file (a stat, or the server's Content-Length); None when
+        it cannot be read. What bounds the manifest's numbers before anything is allocated
+        by them."""
+        where = self.shard_location(info)
+        try:
+            if not self.remote:
+                path = Path(where)
+                return path.stat().st_size if path.is_file() else None
+            return file_size(self.reader.filesystem or filesystem_for(self.location), where,
+                             self.reader.retry)
+        except (OSError, SprDataError):
+            return None
+
+    def check_sizes(self) -> None:
+        """Raise :class:`DatasetError`, naming the file, unless every shard's file is the size
+        its manifest says: then ``len(self)`` and the manifest's counts are bounded by what
+        the files hold (``rows × min_row_bytes <= bytes``, checked when it was parsed). Call
+        it before allocating anything by them; one ``stat`` (or one request) per shard."""
+        fs = self.reader.filesystem or filesystem_for(self.location)
+        for info in self.manifest.shards:
+            where = self.shard_location(info)
+            if self.remote:
+                check_size(fs, where, info.bytes, self.reader.retry)
+            else:
+                _check_shard_file(Path(where), info)
+
+    def check_digest(self, expected: str) -> None:
+        """Raise if this dataset's manifest is not the one whose digest is ``expected`` (the
+        digest recorded when it was first opened, in another process): the directory was
+        replaced in between (``--overwrite``), and its rows are not the ones counted then."""
+        if self.manifest_digest != expected:
+            raise DatasetError(_replaced(self.location))
+
+    def check_not_replaced(self) -> None:
+        """Raise if the dataset was replaced since it was opened: for a local one, its
+        manifest file changed; for a networked one, the manifest the server has now is not
+        the one read (one request, made when a shard did not match its manifest)."""
+        if not self.remote:
+            self._check_identity()
+            return
+        if self._digest is None:
+            return
+        fs = self.reader.filesystem or filesystem_for(self.location)
+        try:
+            raw = _remote_manifest(fs, self.location, self.reader.retry)
+        except SprDataError:  # gone altogether: the error being reported says enough
+            return
+        if "sha256:" + hashlib.sha256(raw).hexdigest() != self._digest:
+            raise DatasetError(_replaced(self.location))
+
     def local_shard_paths(self, staging: Path) -> list[Path]:
         """Shard files on local disk, for tasks that map them in other processes: the files
         themselves for a local dataset; for a networked one, verified copies in the reader's
@@ -528,6 +583,14 @@ class Dataset:
             _check_shard_rows(where, local_shard, info)
             self._check_identity()  # after mapping: the shard mapped is this manifest's
             return local_shard
+        try:
+            return self._open_remote_shard(k, info, where)
+        except DatasetError:  # a shard that does not match: replaced, if the manifest was
+            self.check_not_replaced()
+            raise
+
+    def _open_remote_shard(self, k: int, info: ShardInfo, where: str) -> _Shard:
+        options = self.reader
         fs = options.filesystem or filesystem_for(self.location)
         sha = info.hash if options.verify != "never" else None
         if options.cache_dir is not None:
@@ -558,9 +621,12 @@ class Dataset:
         path = self.path / MANIFEST_NAME
         now = _manifest_identity(path, digest_of=self._identity)
         if now != self._identity:
-            raise DatasetError(f"{self.location} was replaced since it was opened (its "
-                               f"{MANIFEST_NAME} changed); open it again to read the new "
-                               "version")
+            raise DatasetError(_replaced(self.location))
+
+
+def _replaced(location: str) -> str:
+    return (f"{location} was replaced since it was opened (its {MANIFEST_NAME} changed); open "
+            "it again to read the new version")
 
 
 class RowSelection:
@@ -849,16 +915,24 @@ def _open(location: str, reader: ReaderOptions) -> Dataset:
         ds = Dataset(p, manifest, reader=reader)
         ds._identity = _manifest_identity(p / MANIFEST_NAME)
         return ds
-    where = _join(location, MANIFEST_NAME)
-    try:
-        with RetryingFile(fs, where, policy=reader.retry) as f:
-            raw = bytes(read_all(f))
-    except InputError as exc:
-        raise DatasetError(f"{location} is not a readable spr-data dataset: {exc}") from exc
-    ds = Dataset(Path(location), parse_manifest(raw, where), location=location,
-                 reader=reader, remote=True)
+    raw = _remote_manifest(fs, location, reader.retry)
+    ds = Dataset(Path(location), parse_manifest(raw, _join(location, MANIFEST_NAME)),
+                 location=location, reader=reader, remote=True)
     ds._digest = "sha256:" + hashlib.sha256(raw).hexdigest()
     return ds
+
+
+def _remote_manifest(fs: FileSystem, location: str, retry: RetryPolicy | None) -> bytes:
+    """The manifest's bytes of a networked dataset, its size checked before it is read."""
+    where = _join(location, MANIFEST_NAME)
+    try:
+        with RetryingFile(fs, where, policy=retry) as f:
+            if f.expected > MAX_MANIFEST_BYTES:
+                raise DatasetError(f"{where} is {f.expected:,} bytes, more than a manifest can "
+                                   f"be ({MAX_MANIFEST_BYTES:,}); it is not an spr-data manifest")
+            return bytes(read_all(f))
+    except InputError as exc:
+        raise DatasetError(f"{location} is not a readable spr-data dataset: {exc}") from exc
 
 
 def open_dataset(path: str | Path, *, filesystem: FileSystem | None = None,

@@ -11,25 +11,43 @@ from pathlib import Path
 from spr_data.errors import OutputError
 
 __all__ = ["TMP_SUFFIX", "atomic_write_bytes", "drop_cache", "fsync_dir", "is_temp_of",
-           "os_error_message", "sha256_file", "temp_path"]
+           "is_token", "os_error_message", "sha256_file", "temp_path", "temp_token"]
 
 TMP_SUFFIX = ".tmp"
 _HASH_CHUNK = 8 << 20
 
 
-def temp_path(path: Path) -> Path:
-    """A temporary name beside ``path`` that no other process uses: ``NAME.PID-RANDOM.tmp``.
-    Two runs (or a run and the leftovers of a killed one) never write one temp file."""
-    return path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}{TMP_SUFFIX}")
+def temp_path(path: Path, tag: str | None = None) -> Path:
+    """A temporary name beside ``path`` that no other process uses: ``NAME.PID-TOKEN.tmp``.
+    Two runs (or a run and the leftovers of a killed one) never write one temp file.
+
+    The token is random, or ``tag``: a run's token for its output directory
+    (:func:`spr_data.outdir.temp_tag`), recorded in the run's work state before the file is
+    made. That record is what lets a later run prove a leftover temp file its own and remove
+    it — a user's file of a like name is never taken for one."""
+    token = tag if tag is not None else secrets.token_hex(4)
+    return path.with_name(f"{path.name}.{os.getpid()}-{token}{TMP_SUFFIX}")
+
+
+def is_token(text: str) -> bool:
+    """Whether ``text`` is a temp name's token: 8 lowercase hex digits."""
+    return len(text) == 8 and all(c in "0123456789abcdef" for c in text)
+
+
+def temp_token(name: str, final: str) -> str | None:
+    """The token of ``name`` when it is a temp file ``temp_path`` makes for the file named
+    ``final``, else None."""
+    if not (name.startswith(final + ".") and name.endswith(TMP_SUFFIX)):
+        return None
+    middle = name[len(final) + 1:-len(TMP_SUFFIX)]
+    pid, _, token = middle.partition("-")
+    return token if pid.isdigit() and is_token(token) else None
 
 
 def is_temp_of(name: str, final: str) -> bool:
-    """Whether ``name`` is a temp file ``temp_path`` makes for the file named ``final``."""
-    if not (name.startswith(final + ".") and name.endswith(TMP_SUFFIX)):
-        return False
-    middle = name[len(final) + 1:-len(TMP_SUFFIX)]
-    pid, _, token = middle.partition("-")
-    return pid.isdigit() and len(token) == 8 and all(c in "0123456789abcdef" for c in token)
+    """Whether ``name`` has the form of a temp file ``temp_path`` makes for ``final`` (the
+    form only: whose it is, the run's recorded tokens say)."""
+    return temp_token(name, final) is not None
 
 
 def sha256_file(path: Path, *, uncached: bool = False) -> str:
@@ -78,9 +96,10 @@ def os_error_message(exc: OSError, path: Path | str, option: str = "--out") -> s
     return f"cannot write {path}: {exc.strerror or exc}"
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see either the old file or the whole new one."""
-    tmp = temp_path(path)
+def atomic_write_bytes(path: Path, data: bytes, *, tag: str | None = None) -> None:
+    """Write ``data`` to ``path`` so that readers see either the old file or the whole new one
+    (``tag``: the run's token for the temp name, see :func:`temp_path`)."""
+    tmp = temp_path(path, tag)
     try:
         with open(tmp, "wb") as f:
             f.write(data)

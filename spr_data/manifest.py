@@ -24,6 +24,7 @@ from spr_data.schema import (
 __all__ = [
     "FORMAT_VERSION",
     "MANIFEST_NAME",
+    "MAX_MANIFEST_BYTES",
     "Manifest",
     "ShardInfo",
     "min_row_bytes",
@@ -98,10 +99,11 @@ class Manifest:
         }
 
 
-def write_manifest(directory: Path, manifest: Manifest) -> None:
-    """Atomically write ``directory/manifest.json``; call it after every shard is durable."""
+def write_manifest(directory: Path, manifest: Manifest, *, tag: str | None = None) -> None:
+    """Atomically write ``directory/manifest.json``; call it after every shard is durable
+    (``tag``: the run's token for the temp name)."""
     text = json.dumps(manifest.to_json(), indent=2, ensure_ascii=False) + "\n"
-    atomic_write_bytes(directory / MANIFEST_NAME, text.encode("utf-8"))
+    atomic_write_bytes(directory / MANIFEST_NAME, text.encode("utf-8"), tag=tag)
 
 
 def parse_manifest(raw: bytes, where: str) -> Manifest:
@@ -153,6 +155,9 @@ def read_manifest(directory: Path) -> Manifest:
             f"{directory} is not an spr-data dataset: it has no {MANIFEST_NAME} "
             "(an unfinished or failed run leaves none; run the stage again)"
         )
+    if path.stat().st_size > MAX_MANIFEST_BYTES:  # refused before it is read into memory
+        raise DatasetError(f"{path} is {path.stat().st_size:,} bytes, more than a manifest can "
+                           f"be ({MAX_MANIFEST_BYTES:,}); it is not an spr-data manifest")
     return parse_manifest(path.read_bytes(), str(path))
 
 

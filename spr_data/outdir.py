@@ -5,13 +5,21 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 from pathlib import Path
 from typing import Any
 
 from spr_data.card import CARD_NAME, is_card, write_card
 from spr_data.errors import DatasetError, OutputError
-from spr_data.fsio import TMP_SUFFIX, atomic_write_bytes, is_temp_of, os_error_message
+from spr_data.fsio import (
+    TMP_SUFFIX,
+    atomic_write_bytes,
+    fsync_dir,
+    is_token,
+    os_error_message,
+    temp_token,
+)
 from spr_data.lock import LOCK_NAME, OutputLock, output_lock
 from spr_data.manifest import MANIFEST_NAME, Manifest, read_manifest, write_manifest
 
@@ -28,6 +36,7 @@ __all__ = [
     "prepare_output",
     "publish",
     "remove_outputs",
+    "temp_tag",
 ]
 
 #: Where the rejected rows of a dataset go. The leading ``_`` makes ``pyarrow.dataset`` and
@@ -41,6 +50,10 @@ _OWNED = {REJECTS_DIR, MANIFEST_NAME, WORK_DIR, CARD_NAME, "report.json", "repor
 #: files a stage writes beside its manifest (the dataset card; clean's report and model)
 _EXTRA = (CARD_NAME, "report.json", "report.html", "align_model.npz")
 _OUTPUTS = "outputs"
+#: in the work state: one empty file per token a process of the run names its temp files with
+_TAGS = "tags"
+#: (pid, out) → the token that process uses there (its record is checked on each use)
+_tags_made: dict[tuple[int, str], str] = {}
 
 
 def is_stage_output(name: str) -> bool:
@@ -62,6 +75,43 @@ def claim(out: Path, *names: str) -> None:
             os.fsync(f.fileno())
     except OSError as exc:
         raise OutputError(os_error_message(exc, work / _OUTPUTS)) from exc
+
+
+def temp_tag(out: Path) -> str:
+    """This process's token for the temp files it makes in ``out`` (and in the directories
+    the run makes inside it), recorded in the run's work state (``.work/tags/TOKEN``) before
+    its first use: what proves a leftover temp file ``NAME.PID-TOKEN.tmp`` the run's own.
+    Each process of a run (the workers too) records its own; a new one when the record is
+    gone (a new run)."""
+    key = (os.getpid(), os.fspath(out))
+    records = Path(out) / WORK_DIR / _TAGS
+    tag = _tags_made.get(key)
+    if tag is not None and (records / tag).is_file():
+        return tag
+    tag = secrets.token_hex(4)
+    try:
+        records.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(records / tag, os.O_WRONLY | os.O_CREAT, 0o644))
+        fsync_dir(records)
+        fsync_dir(records.parent)
+    except OSError as exc:
+        raise OutputError(os_error_message(exc, records / tag)) from exc
+    _tags_made[key] = tag
+    return tag
+
+
+def _run_tags(out: Path) -> set[str]:
+    """The tokens the run (or killed run) working in ``out`` recorded for its temp files."""
+    try:
+        return {p.name for p in (out / WORK_DIR / _TAGS).iterdir() if is_token(p.name)}
+    except OSError:
+        return set()
+
+
+def _is_run_temp(name: str, final: str, tags: set[str]) -> bool:
+    """Whether ``name`` is a temp file the run made for ``final``: its form, and a token the
+    run recorded (a user's ``shard-00000.arrow.1-abcdef01.tmp`` has the form only)."""
+    return temp_token(name, final) in tags
 
 
 def claimed(out: Path) -> list[str]:
@@ -96,7 +146,7 @@ def _dataset_files(out: Path) -> list[str]:
     return names
 
 
-def _strangers(out: Path, owned: list[str]) -> list[str]:
+def _strangers(out: Path, owned: list[str], tags: set[str]) -> list[str]:
     """Entries of ``out`` (and of the directories spr-data owns in it) that no run wrote."""
     files = {n for n in owned if not n.endswith("/")}
     dirs = {n.rstrip("/") for n in owned if n.endswith("/")}
@@ -110,7 +160,7 @@ def _strangers(out: Path, owned: list[str]) -> list[str]:
             if rel in dirs and p.is_dir() and not p.is_symlink():
                 walk(p, rel + "/")
                 continue
-            if any(is_temp_of(p.name, Path(f).name) and str(Path(f).parent) == str(
+            if any(_is_run_temp(p.name, Path(f).name, tags) and str(Path(f).parent) == str(
                     Path(rel).parent) for f in files):
                 continue
             found.append(rel)
@@ -137,12 +187,13 @@ def prepare_output(out: Path, *, overwrite: bool, resume: bool = False) -> bool:
             raise OutputError(f"{out} already holds a dataset; pass overwrite=True to replace it")
         work = out / WORK_DIR
         if work.exists() and not (work.is_dir() and (not any(work.iterdir()) or any(
-                (work / n).exists() for n in ("run.json", _OUTPUTS)))):
+                (work / n).exists() for n in ("run.json", _OUTPUTS, _TAGS)))):
             raise OutputError(f"{work} was not made by spr-data; move it away or choose "
                               "another --out")
         old = _dataset_files(out) if has_manifest else []
         run_files = claimed(out)
-        strangers = _strangers(out, old + run_files) if out.is_dir() else []
+        tags = _run_tags(out)
+        strangers = _strangers(out, old + run_files, tags) if out.is_dir() else []
         if strangers:
             raise OutputError(
                 f"{out} is not empty and is not an spr-data dataset (it holds "
@@ -150,7 +201,7 @@ def prepare_output(out: Path, *, overwrite: bool, resume: bool = False) -> bool:
                 "empty directory, or move those files away")
         if has_manifest:
             (out / MANIFEST_NAME).unlink()
-            _remove(out, old)
+            _remove(out, old, tags)
         if not (resume and not overwrite and (work / "run.json").is_file()):
             remove_outputs(out)
         return False
@@ -158,17 +209,18 @@ def prepare_output(out: Path, *, overwrite: bool, resume: bool = False) -> bool:
         raise OutputError(os_error_message(exc, out)) from exc
 
 
-def _remove(out: Path, names: list[str]) -> None:
-    """Remove these files of ``out`` (and the temp files made for them); then the listed
-    directories, deepest first, if that left them empty."""
+def _remove(out: Path, names: list[str], tags: set[str]) -> None:
+    """Remove these files of ``out`` (and the temp files the run made for them, by its
+    recorded ``tags``); then the listed directories, deepest first, if that left them
+    empty."""
     for name in names:
         if name.endswith("/"):
             continue
         path = out / name
         path.unlink(missing_ok=True)
-        if path.parent.is_dir():
+        if tags and path.parent.is_dir():
             for p in path.parent.iterdir():
-                if is_temp_of(p.name, path.name):
+                if _is_run_temp(p.name, path.name, tags):
                     p.unlink(missing_ok=True)
     for name in sorted((n for n in names if n.endswith("/")), key=len, reverse=True):
         with contextlib.suppress(OSError):  # not empty: something in it is not ours
@@ -180,7 +232,7 @@ def remove_outputs(out: Path, *, created: bool = False) -> None:
     (``created`` is kept for callers; the directory itself goes with the lock.)"""
     if not out.is_dir():
         return
-    _remove(out, claimed(out))
+    _remove(out, claimed(out), _run_tags(out))
     shutil.rmtree(out / WORK_DIR, ignore_errors=True)
 
 
@@ -204,7 +256,9 @@ def check_run(work: Path, identity: dict[str, Any], *, overwrite: bool) -> None:
 def _remove_dead_temps(out: Path) -> None:
     """Remove the temp files of the run's outputs: at publish time no process renames them any
     more. They are left by a worker killed mid-write whose task then ran again (a Ray retry,
-    a resumed run) and wrote the file under a new temp name."""
+    a resumed run) and wrote the file under a new temp name. Only temp files named with a
+    token the run recorded: a file of the same form that the run did not make stays."""
+    tags = _run_tags(out)
     finals: dict[Path, set[str]] = {}
     for name in claimed(out):
         if not name.endswith("/"):
@@ -212,8 +266,8 @@ def _remove_dead_temps(out: Path) -> None:
     for directory, names in finals.items():
         with contextlib.suppress(OSError):
             for p in directory.iterdir():
-                final = p.name.rsplit(".", 2)[0]  # NAME.PID-RANDOM.tmp
-                if final in names and is_temp_of(p.name, final):
+                final = p.name.rsplit(".", 2)[0]  # NAME.PID-TOKEN.tmp
+                if final in names and _is_run_temp(p.name, final, tags):
                     p.unlink(missing_ok=True)
 
 
@@ -228,9 +282,10 @@ def publish(out: Path, manifest: Manifest, *, rejects: Manifest | None = None) -
                  *names]
     claim(out, *names)
     _remove_dead_temps(out)
+    tag = temp_tag(out)
     if rejects is not None and rejects_dir:
         (out / rejects_dir).mkdir(exist_ok=True)
-        write_card(out / rejects_dir, rejects)
-        write_manifest(out / rejects_dir, rejects)
-    write_card(out, manifest, rejects)
-    write_manifest(out, manifest)
+        write_card(out / rejects_dir, rejects, tag=tag)
+        write_manifest(out / rejects_dir, rejects, tag=tag)
+    write_card(out, manifest, rejects, tag=tag)
+    write_manifest(out, manifest, tag=tag)

@@ -53,7 +53,9 @@ __all__ = [
     "RetryPolicy",
     "RetryingFile",
     "TransientError",
+    "check_size",
     "fetch_verified",
+    "file_size",
     "filesystem_for",
     "is_network_path",
     "read_all",
@@ -524,12 +526,31 @@ def _read_hashing(file: RetryingFile, hashing: bool) -> tuple[bytearray, str | N
     return out, digest.hexdigest()
 
 
+def file_size(fs: FileSystem, path: str, policy: RetryPolicy | None = None) -> int:
+    """The size of ``path`` as its filesystem says it (a stat; the server's Content-Length),
+    with transient faults retried."""
+    with RetryingFile(fs, path, policy=policy) as f:
+        return f.expected
+
+
+def check_size(fs: FileSystem, path: str, size: int, policy: RetryPolicy | None = None,
+               ) -> None:
+    """Raise :class:`DatasetError` unless shard ``path`` holds ``size`` bytes (its manifest's):
+    every buffer sized by a manifest is checked against the real file first, so a forged
+    manifest cannot make a reader allocate more than the file holds."""
+    actual = file_size(fs, path, policy)
+    if actual != size:
+        raise DatasetError(f"shard {path} is {actual:,} bytes, its manifest says {size:,}; "
+                           "the manifest does not describe this file: run spr-data verify")
+
+
 def fetch_verified(fs: FileSystem, path: str, *, size: int, sha256: str | None,
                    policy: RetryPolicy | None = None, rereads: int = 3,
                    sink: BinaryIO | None = None) -> bytearray:
     """Shard ``path`` in full, checked against its manifest hash (``"sha256:<hex>"``), read
     again on a mismatch (a flipped bit in transit); a mismatch that persists is reported with
     the shard's name. With ``sink``, the verified bytes are also written there."""
+    check_size(fs, path, size, policy)  # before a buffer of ``size`` bytes is allocated
     rng = random.Random()
     for attempt in range(1, rereads + 1):
         with RetryingFile(fs, path, size=size, policy=policy) as f:

@@ -19,9 +19,11 @@ __all__ = [
     "RAW",
     "REASON",
     "Kind",
+    "columns_line",
     "ingest_rejects_schema",
     "rows_schema",
     "schema_from_b64",
+    "schema_mismatch",
     "schema_summary",
     "schema_to_b64",
     "text_columns",
@@ -74,6 +76,23 @@ def ingest_rejects_schema() -> pa.Schema:
 def schema_summary(schema: pa.Schema) -> list[dict[str, object]]:
     """A human-readable form of a schema for the manifest and ``info``."""
     return [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in schema]
+
+
+def columns_line(schema: pa.Schema) -> str:
+    """A schema on one line, for messages: ``id, text (uint64, string)`` (pyarrow's own text
+    takes a line per column, and a hostile name may hold a line break)."""
+    names = ", ".join(n if n.isprintable() else repr(n) for n in schema.names)
+    types = ", ".join(str(f.type) for f in schema)
+    return f"{names[:200]} ({types[:200]})"
+
+
+def schema_mismatch(shard: str, found: pa.Schema, expected: pa.Schema) -> str:
+    """The one-line error for a shard whose schema is not its manifest's."""
+    same_text = columns_line(found) == columns_line(expected)
+    return (f"shard {shard} has columns {columns_line(found)}, its manifest says "
+            f"{columns_line(expected)}"
+            + (" (they differ in nullability or metadata)" if same_text else "")
+            + "; it is not this dataset's shard: run spr-data verify")
 
 
 def schema_to_b64(schema: pa.Schema) -> str:

@@ -19,7 +19,7 @@ from spr_data.errors import DatasetError, SprDataError
 from spr_data.fsio import sha256_file
 from spr_data.manifest import Manifest, ShardInfo
 from spr_data.reader import ReaderOptions, fetch_verified, filesystem_for
-from spr_data.schema import ID, REASON
+from spr_data.schema import ID, REASON, schema_mismatch
 
 #: how long verify waits before it re-reads a shard whose hash did not match (uncached)
 _REREAD_PAUSE = 0.2
@@ -73,17 +73,10 @@ def check_shards(paths: Sequence[Path], manifest: Manifest) -> None:
             raise DatasetError(f"cannot read shard {path}: {exc}; run spr-data verify"
                                ) from exc
         if not schema.equals(manifest.schema):
-            raise DatasetError(f"shard {path} has columns {', '.join(schema.names)} "
-                               f"({_types(schema)}), its manifest says "
-                               f"{', '.join(manifest.schema.names)} ({_types(manifest.schema)});"
-                               " it is not this dataset's shard: run spr-data verify")
+            raise DatasetError(schema_mismatch(str(path), schema, manifest.schema))
         if rows != info.rows:
             raise DatasetError(f"shard {path} holds {rows:,} rows, its manifest says "
                                f"{info.rows:,}; run spr-data verify")
-
-
-def _types(schema: pa.Schema) -> str:
-    return ", ".join(str(f.type) for f in schema)[:200]
 
 
 def check_shard_hash(path: str | Path, expected: str) -> None:
@@ -105,24 +98,21 @@ def verify_dataset(
     A dataset on a network filesystem or URL is read through the retrying reader.
     """
     ds = open_dataset(str(path), reader=reader)
-    root, manifest = ds.path, ds.manifest
-    present = manifest.rows  # counts bounded by the shards' sizes, unlike rows_in/id_bound
+    manifest = ds.manifest
     try:
         rejects_ds = ds.rejects
     except DatasetError:
         rejects_ds = None
-    if rejects_ds is not None:
-        present += rejects_ds.manifest.rows
-    seen = _SeenIds(manifest.id_bound, present)
+    seen = _SeenIds(manifest.id_bound, _rows_in_files(ds) + _rows_in_files(rejects_ds))
     report = _verify_one(ds, seen, on_shard)
     if manifest.rejects_dir:
-        rejects_path = root / manifest.rejects_dir
         try:
             rejects = ds.rejects
         except DatasetError as exc:
             report.problems.append(str(exc))
         else:
             assert rejects is not None  # noqa: S101 - the manifest names it
+            rejects_path = rejects.location
             report.rejects = _verify_one(rejects, seen, on_shard)
             by_reason = dict(sorted(report.rejects.reasons.items()))
             if report.rejects.ok and by_reason != manifest.rejects:
@@ -149,6 +139,11 @@ def _remote_source(ds: Dataset, shard: ShardInfo, where: str) -> tuple[Any, str 
         data = fetch_verified(fs, ds.shard_location(shard), size=shard.bytes, sha256=shard.hash,
                               policy=ds.reader.retry)
     except SprDataError as exc:
+        if isinstance(exc, DatasetError):  # a mismatch: the whole dataset may be a new one
+            try:
+                ds.check_not_replaced()
+            except DatasetError as replaced:
+                return None, f"{where} {replaced}"
         return None, f"{where} {exc}"
     return pa.BufferReader(pa.py_buffer(data)), None
 
@@ -156,7 +151,8 @@ def _remote_source(ds: Dataset, shard: ShardInfo, where: str) -> tuple[Any, str 
 class _SeenIds:
     """The row ids met so far: a bitmap over ``0..bound`` when that is near the number of
     records, else the ids themselves, checked for repeats by sorting — so that a sparse or
-    hostile ``id_bound`` cannot make verify allocate terabytes."""
+    hostile ``id_bound`` cannot make verify allocate terabytes. ``records`` must be a count
+    the files bound (:func:`_rows_in_files`), never a manifest's number as it is."""
 
     def __init__(self, bound: int, records: int) -> None:
         self.bound = bound
@@ -180,6 +176,16 @@ class _SeenIds:
         return len(unique(np.concatenate(self._parts))) if self._parts else 0
 
 
+def _rows_in_files(ds: Dataset | None) -> int:
+    """The rows of the shards whose file really is the manifest's size (stat, or the server's
+    Content-Length), each at most one per 8 bytes (a row id takes 8): a count the files bound,
+    whatever a forged manifest says. Shards of another size count none (verify reports them)."""
+    if ds is None:
+        return 0
+    return sum(min(info.rows, info.bytes // 8) for info in ds.manifest.shards
+               if ds.shard_size(info) == info.bytes)
+
+
 def _verify_one(ds: Dataset, seen: _SeenIds,
                 on_shard: Callable[[str], None] | None) -> VerifyReport:
     manifest = ds.manifest
@@ -189,7 +195,7 @@ def _verify_one(ds: Dataset, seen: _SeenIds,
         if on_shard is not None:
             on_shard(shard.file)
         path = ds.path / shard.file
-        where = f"{path}:"
+        where = f"{ds.shard_location(shard)}:"  # a URL stays a URL (a Path would mangle it)
         if ds.remote:
             source, problem = _remote_source(ds, shard, where)
             if problem is not None:

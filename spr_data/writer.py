@@ -55,10 +55,11 @@ class ShardWriter:
         shard_bytes: int | None = DEFAULT_SHARD_BYTES,
         claim: Callable[[Path], None] | None = None,
         rejects: bool = False,
+        tag: str | None = None,
     ) -> None:
         """``claim(path)`` is called before each shard file is created (the run records what
         it writes, so that only that is ever removed); ``rejects`` names the shards as reject
-        shards (see :func:`shard_name`)."""
+        shards (see :func:`shard_name`); ``tag`` is the run's token for temp names."""
         if shard_rows is not None and shard_rows < 1:
             raise ValueError(f"shard_rows must be at least 1, got {shard_rows}")
         if shard_bytes is not None and shard_bytes < 1:
@@ -75,6 +76,7 @@ class ShardWriter:
         self._in_flight: Future[ShardInfo] | None = None
         self._claim = claim
         self._rejects = rejects
+        self._tag = tag
 
     def write(self, batch: pa.RecordBatch) -> None:
         """Append rows; full shards are written as they fill."""
@@ -138,16 +140,18 @@ class ShardWriter:
 
     def _write_shard(self, name: str, batch: pa.RecordBatch) -> ShardInfo:
         self.directory.mkdir(parents=True, exist_ok=True)
-        return write_shard_file(self.directory / name, batch)
+        return write_shard_file(self.directory / name, batch, tag=self._tag)
 
 
-def write_shard_file(path: Path, batch: pa.RecordBatch, *, digest: bool = True) -> ShardInfo:
+def write_shard_file(path: Path, batch: pa.RecordBatch, *, digest: bool = True,
+                     tag: str | None = None) -> ShardInfo:
     """Write one record batch as a shard: temp name, fsync, rename; then size and hash.
 
     The one place shard files are written (``ShardWriter`` and the clean stage use it).
-    ``digest=False`` skips the hash, for work files that no manifest lists.
+    ``digest=False`` skips the hash, for work files that no manifest lists; ``tag`` is the
+    run's token for the temp name (:func:`spr_data.outdir.temp_tag`).
     """
-    tmp = temp_path(path)
+    tmp = temp_path(path, tag)
     try:
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as out:
             out.write_batch(batch)

@@ -159,6 +159,28 @@ def test_json_errors_and_debug_exit_codes(tmp_path: Path) -> None:
     assert plain.exit_code == 2 and plain.stdout == ""
 
 
+def test_failed_checks_with_json_carry_error_and_exit_code(tmp_path: Path) -> None:
+    """verify and audit exit 1 with their report; with --json it also holds the keys every
+    other failure has, so a script can read any command's failure the same way."""
+    src = tmp_path / "pairs.en-de.tsv"
+    src.write_text("Hello .\tHallo .\nThank you .\tDanke .\n")
+    spr_data.ingest([src], tmp_path / "ds", langs=["en", "de"])
+    shard = tmp_path / "ds" / "shard-00000.arrow"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one flipped bit: the hash no longer matches
+    shard.write_bytes(bytes(data))
+    for command in ("verify", "audit"):
+        result = run_cli(command, tmp_path / "ds", "--json")
+        assert result.exit_code == 1, result.stderr
+        report = json.loads(result.stdout)
+        assert report["ok"] is False and report["exit_code"] == 1
+        assert "\n" not in report["error"] and str(shard) in report["error"]
+        assert "content hash" in report["error"]
+    assert "integrity" in json.loads(run_cli("audit", tmp_path / "ds", "--json").stdout)["error"]
+    ok = json.loads(run_cli("verify", tmp_path / "ds" / REJECTS_DIR, "--json").stdout)
+    assert ok["ok"] and "error" not in ok and "exit_code" not in ok
+
+
 def test_overwrite_hint_speaks_python_in_the_api_and_flags_in_the_cli(tmp_path: Path) -> None:
     src = tmp_path / "pairs.en-de.tsv"
     src.write_text("Hello .\tHallo .\nThank you .\tDanke .\n")

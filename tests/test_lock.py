@@ -227,6 +227,89 @@ def test_user_files_beside_a_dataset_survive_overwrite(tmp_path: Path):
     assert verify_dataset(out).ok
 
 
+def test_a_user_file_named_like_a_temp_file_survives_overwrite(tmp_path: Path):
+    """``NAME.<digits>-<8 hex>.tmp`` is the form of spr-data's temp names, not a proof: the
+    file beside a shard of the old dataset was not made by any run, so it is refused by
+    name, never deleted."""
+    src = tmp_path / "c.tsv"
+    src.write_bytes(b"a\tb\nc\td\n")
+    out = tmp_path / "ds"
+    ingest([src], out)
+    mine = out / "shard-00000.arrow.1-abcdef01.tmp"
+    mine.write_text("mine")
+    with pytest.raises(OutputError, match=r"shard-00000\.arrow\.1-abcdef01\.tmp"):
+        ingest([src], out, overwrite=True)
+    assert mine.read_text() == "mine" and verify_dataset(out).ok
+
+
+_KILLED_MID_WRITE = """
+import os, signal, sys
+from pathlib import Path
+from spr_data.fsio import temp_path
+from spr_data.outdir import claim, temp_tag
+
+out = Path(sys.argv[1])
+claim(out, "shard-00000.arrow")  # as a run does: the name, then its token, then the file
+temp_path(out / "shard-00000.arrow", temp_tag(out)).write_bytes(b"half a shard")
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_killed_runs_temp_files_are_removed_by_the_token_it_recorded(tmp_path: Path):
+    """A process killed mid-write leaves a temp file named with a token its work state
+    recorded before the file was made: the next run proves it the killed run's and removes
+    it; a like-named file of the user's, with a token no run recorded, is refused."""
+    out = tmp_path / "ds"
+    out.mkdir()
+    killed = subprocess.run([sys.executable, "-c", _KILLED_MID_WRITE, str(out)],
+                            capture_output=True, timeout=60)
+    assert killed.returncode == -signal.SIGKILL
+    [left] = out.glob("shard-00000.arrow.*.tmp")
+    mine = out / "shard-00000.arrow.1-abcdef01.tmp"
+    mine.write_text("mine")
+    src = tmp_path / "c.tsv"
+    src.write_bytes(b"a\tb\n")
+    with pytest.raises(OutputError, match=r"shard-00000\.arrow\.1-abcdef01\.tmp"):
+        ingest([src], out)
+    assert left.exists() and mine.read_text() == "mine"  # refused: nothing removed
+    mine.rename(tmp_path / mine.name)
+    ingest([src], out)
+    assert not left.exists() and verify_dataset(out).ok
+    assert sorted(p.name for p in out.iterdir()) == [
+        "README.md", REJECTS_DIR, "manifest.json", "shard-00000.arrow"]
+
+
+_NO_FLOCK = r"""
+#include <errno.h>
+int flock(int fd, int operation) { (void)fd; (void)operation; errno = ENOLCK; return -1; }
+"""
+
+
+def test_a_filesystem_that_cannot_lock_is_one_clear_line(tmp_path: Path):
+    """``flock`` failing with ENOLCK, as on an NFS mount without a lock manager: a real
+    ``spr-data ingest`` with a preloaded libc shim whose flock fails that way."""
+    import shutil
+
+    compiler = shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the flock shim")
+    (tmp_path / "noflock.c").write_text(_NO_FLOCK)
+    shim = tmp_path / "noflock.so"
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", shim, tmp_path / "noflock.c"],
+                   check=True, capture_output=True)
+    src = tmp_path / "c.tsv"
+    src.write_bytes(b"a\tb\n")
+    out = tmp_path / "nested" / "out"
+    result = subprocess.run([*SPR_DATA, "ingest", src, "--out", out],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "LD_PRELOAD": str(shim)})
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert f"the filesystem of {out} cannot lock files" in line and "No locks" in line
+    assert "choose an --out on a local disk" in line
+    assert not (tmp_path / "nested").exists()  # what the run made for its --out is gone
+
+
 @pytest.mark.slow
 def test_leftovers_of_a_killed_ingest_are_cleared_by_its_work_state(big_tsv: Path,
                                                                      tmp_path: Path):

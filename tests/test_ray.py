@@ -156,11 +156,12 @@ def _kill_once(fn: Callable[[Any], Any], marker: str, task: Any) -> Any:
         Path(marker).write_text(str(os.getpid()))
         write = clean_module.write_shard_file
 
-        def write_then_die(path: Path, batch: Any, *, digest: bool = True) -> Any:
-            if path.name.endswith(REJECTS_SHARD_SUFFIX):
-                temp_path(path).write_bytes(b"ARROW1\0\0")  # the reject shard, cut short
+        def write_then_die(path: Path, batch: Any, *, digest: bool = True,
+                           tag: str | None = None) -> Any:
+            if path.name.endswith(REJECTS_SHARD_SUFFIX):  # the reject shard, cut short, under
+                temp_path(path, tag).write_bytes(b"ARROW1\0\0")  # the worker's recorded token
                 os.kill(os.getpid(), signal.SIGKILL)
-            return write(path, batch, digest=digest)
+            return write(path, batch, digest=digest, tag=tag)
 
         clean_module.write_shard_file = write_then_die
     return fn(task)

@@ -158,6 +158,30 @@ def test_ctrl_c_while_workers_start_reaches_only_the_parent(tmp_path: Path, atte
     assert done.stderr.strip().splitlines() == ["interrupted"]
 
 
+@pytest.mark.parametrize("trigger", ["typer", "pyarrow"])
+def test_ctrl_c_during_the_imports_is_one_line(tmp_path: Path, trigger: str):
+    """The command's first second is imports: typer's (before any command runs), then the
+    command's own (pyarrow). SIGINT is sent the moment ``-X importtime`` reports a module of
+    ``trigger`` loaded, so it lands in the middle of them."""
+    proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "spr_data", "info",
+                             str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if line.startswith("import time:") and f" {trigger}" in line.split("|")[-1]:
+            os.kill(proc.pid, signal.SIGINT)
+            break
+    else:
+        pytest.fail(f"{trigger} was never imported: {''.join(lines[-5:])}")
+    rest = proc.stderr.read()
+    proc.wait(timeout=60)
+    said = [line for line in rest.splitlines() if not line.startswith("import time:")]
+    assert said == ["error: interrupted; rerun the same command to resume"], rest[-3000:]
+    assert proc.returncode == 130
+
+
 # --- a share that goes away for a minute ---------------------------------------------------
 
 class _Server:
@@ -307,3 +331,80 @@ def test_train_tokenizer_on_a_full_disk_is_one_line_and_leaves_no_temp_file(
             else []
         assert not [n for n in left if n.endswith(".tmp") or ".tmp." in n], left
 
+
+
+_TRAIN_UNTIL_INTERRUPTED = """
+import sys
+from spr_data.pipeline.train_tokenizer import train_tokenizer
+
+def progress(phase, done, total):
+    # "sample": the first segments are fed (SentencePiece pulls them from its iterator);
+    # "train" at 0: the stream is over, SentencePiece trains in C++
+    if phase == sys.argv[3] and (phase == "sample" or done == 0):
+        print(phase, flush=True)
+
+try:
+    train_tokenizer([sys.argv[1]], sys.argv[2], kind="sentencepiece-unigram",
+                    vocab_size=2000, on_progress=progress)
+except KeyboardInterrupt:
+    sys.exit("interrupted")
+print("finished", flush=True)
+"""
+
+
+@pytest.mark.parametrize("phase", ["sample", "train"])
+def test_train_tokenizer_interrupted_leaves_no_temp_file(corpora: Path, tmp_path: Path,
+                                                          phase: str):
+    """SIGINT while SentencePiece is fed (it turns an exception raised in its iterator into
+    a RuntimeError of its own) or while it trains (C++: Python's handler runs when it returns,
+    after it wrote its PREFIX.model and PREFIX.vocab): an interrupt either way, not "cannot
+    train", and none of the trainer's files is left."""
+    script = tmp_path / "train.py"
+    script.write_text(_TRAIN_UNTIL_INTERRUPTED)
+    out = tmp_path / "tok"
+    proc = subprocess.Popen([sys.executable, str(script),
+                             str(corpora / "parallel/multi30k/train.en.gz"), str(out), phase],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).parents[1])
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == f"{phase}\n"
+    os.kill(proc.pid, signal.SIGINT)
+    said, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1 and err.strip().splitlines() == ["interrupted"], (said, err)
+    assert not out.exists()  # no temp file, no work state: the directory it made is gone
+
+
+_KILLED_TRAINER = """
+import os, signal, sys
+from pathlib import Path
+from spr_data.fsio import temp_path
+from spr_data.outdir import temp_tag
+
+out = Path(sys.argv[1])
+out.mkdir()
+prefix = temp_path(out / "tokenizer", temp_tag(out))  # as train-tokenizer names its files
+for suffix in (".model", ".vocab"):
+    Path(str(prefix) + suffix).write_bytes(b"what SentencePiece wrote")
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_rerun_removes_the_temp_files_a_killed_train_tokenizer_left(corpora: Path,
+                                                                      tmp_path: Path):
+    """Killed outright (SIGKILL: no cleanup runs), train-tokenizer leaves the trainer's files
+    under a token its work state recorded first; the rerun removes exactly those. A file of
+    like name that no run recorded stays."""
+    out = tmp_path / "tok"
+    killed = subprocess.run([sys.executable, "-c", _KILLED_TRAINER, str(out)],
+                            capture_output=True, timeout=60, cwd=Path(__file__).parents[1])
+    assert killed.returncode == -signal.SIGKILL
+    left = sorted(p.name for p in out.glob("tokenizer.*.tmp.*"))
+    assert len(left) == 2
+    (out / "tokenizer.1-abcdef01.tmp.model").write_text("mine")
+    rerun = subprocess.run([*SPR_DATA, "train-tokenizer",
+                            str(corpora / "parallel/multi30k/train.en.gz"), "--out", str(out),
+                            "--kind", "sentencepiece-bpe", "--vocab-size", "1000"],
+                           capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert sorted(p.name for p in out.iterdir()) == [
+        "tokenizer.1-abcdef01.tmp.model", "tokenizer.model", "training.json"]

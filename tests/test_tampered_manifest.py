@@ -56,6 +56,12 @@ def _rows(m: Manifest, rows: int) -> Manifest:
     return {**_shard0(m, rows=rows), "rows": rows}
 
 
+def _forged_sizes(m: Manifest, rows: int, size: int) -> Manifest:
+    """rows and bytes of shard 0 (and the counts that follow them) forged together."""
+    return {**_shard0(m, rows=rows, bytes=size), "rows": rows, "rows_in": rows,
+            "id_bound": rows}
+
+
 def _parent(m: Manifest, parent: Any) -> Manifest:
     return {**m, "lineage": {**m["lineage"], "stage": "clean", "parent": parent}}
 
@@ -65,6 +71,9 @@ TAMPERED: dict[str, tuple[Callable[[Manifest], Manifest | str], str]] = {
     "rows too few (10 of 4,387)": (lambda m: _rows(m, 10), "holds 4,387 rows"),
     "rows 10**18": (lambda m: {**_rows(m, 10**18), "rows_in": 10**18, "id_bound": 10**18},
                     "more than a file of"),
+    # consistent with each other, so only the file's real size tells them forged
+    "rows 10**17 and bytes 2**62": (lambda m: _forged_sizes(m, 10**17, 2**62),
+                                    "its manifest says 4,611,686,018,427,387,904"),
     "empty hash": (lambda m: _shard0(m, hash=""), "hash should be"),
     "hash of the wrong form": (lambda m: _shard0(m, hash="md5:abc"), "hash should be"),
     "nested brackets": (lambda m: "[" * 100_000 + "]" * 100_000, "nested too deeply"),
@@ -78,7 +87,8 @@ TAMPERED: dict[str, tuple[Callable[[Manifest], Manifest | str], str]] = {
 
 #: found only in the shards themselves: what verify and audit report (exit 1), as these words
 SHARD_LEVEL = {"rows too few (10 of 4,387)": "4387 rows, manifest says 10",
-               "a shard named 'rejects'": "missing"}
+               "a shard named 'rejects'": "missing",
+               "rows 10**17 and bytes 2**62": "bytes, manifest says 4611686018427387904"}
 
 
 @pytest.mark.parametrize("case", TAMPERED)
@@ -109,7 +119,7 @@ def test_a_tampered_manifest_is_refused_with_one_line(copy: Path, tmp_path: Path
 
 
 #: cases that once allocated by the manifest's numbers or never ended: run in a bounded process
-BOUNDED = {"rows 10**18", "nested brackets"}
+BOUNDED = {"rows 10**18", "nested brackets", "rows 10**17 and bytes 2**62"}
 
 
 def _run_here(args: list[object]) -> subprocess.CompletedProcess[str]:
@@ -131,15 +141,7 @@ def test_a_shard_of_another_schema_is_refused_by_clean(copy: Path, tmp_path: Pat
                                                        corpora: Path):
     """A valid Arrow file in place of a shard, with its hash and size put in the manifest:
     only its footer shows it is not this dataset's."""
-    m = json.loads((copy / "manifest.json").read_text())
-    shard = copy / m["shards"][0]["file"]
-    table = pa.table({"id": pa.array(range(m["rows"]), pa.uint64()),
-                      "text": pa.array(["another dataset's row"] * m["rows"])})
-    with pa.OSFile(str(shard), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
-        w.write_table(table)
-    from spr_data.fsio import sha256_file
-
-    _tamper(copy, lambda m: _shard0(m, hash=sha256_file(shard), bytes=shard.stat().st_size))
+    shard = _swap_in_another_schema(copy)
     for command in ("clean", "tokenize"):
         extra = (["--tokenizer", corpora / "tokenizers/llama2_tokenizer.model"]
                  if command == "tokenize" else [])
@@ -147,6 +149,86 @@ def test_a_shard_of_another_schema_is_refused_by_clean(copy: Path, tmp_path: Pat
         assert result.exit_code == 2, result.stderr
         [line] = result.stderr.strip().splitlines()
         assert "has columns id, text" in line and str(shard) in line
+
+
+def test_audit_replay_does_not_allocate_by_forged_rows(copy: Path):
+    """rows = 10**9 with bytes to match: the epoch replay (8 bytes a row: 7.45 GiB) is refused
+    by the shard's real size, and the other checks fail on it too — a report, not a
+    MemoryError, in a process of 3 GiB."""
+    _tamper(copy, lambda m: _forged_sizes(m, 10**9, 2**40))
+    result = _run_bounded(["audit", copy, "--batch-size", "8", "--json"])
+    assert result.returncode == 1, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert "unexpected" not in result.stderr and not report["ok"]
+    [problem] = report["epoch_replay"]["problems"]
+    assert "its manifest says 1,099,511,627,776" in problem and str(copy) in problem
+
+
+@pytest.mark.parametrize("command", ["info", "verify", "audit", "clean"])
+def test_forged_sizes_over_http_are_refused_before_allocating(copy: Path, tmp_path: Path,
+                                                             command: str):
+    """The same forgery served over HTTP: every buffer a manifest sizes is checked against the
+    server's Content-Length first. Messages name the shard by its URL."""
+    from spr_data.testing import serve_directory
+
+    _tamper(copy, lambda m: _forged_sizes(m, 10**17, 2**62))
+    shard = json.loads((copy / "manifest.json").read_text())["shards"][0]["file"]
+    with serve_directory(copy.parent) as server:
+        url = f"{server.url}/{copy.name}"
+        args: list[object] = [command, url]
+        if command == "clean":
+            args += ["--out", tmp_path / "out", "--workers", "1"]
+        result = _run_bounded(args)
+    output = result.stdout + result.stderr
+    assert "unexpected" not in output and "MemoryError" not in output, output[-2000:]
+    assert f"{url}/{shard}" in output and "http:/1" not in output  # a URL, not a Path
+    assert "its manifest says 4,611,686,018,427,387,904" in output
+    if command in ("verify", "audit"):  # their finding: exit 1
+        assert result.returncode == 1, output[-2000:]
+        return
+    assert result.returncode == 2, output[-2000:]
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["info", "fertility-report", "train-tokenizer", "audit"])
+def test_a_shard_of_another_schema_is_one_line_everywhere(copy: Path, tmp_path: Path,
+                                                         command: str):
+    """Not pyarrow's schema text (a line per column): names and types on one line."""
+    _swap_in_another_schema(copy)
+    args: list[object] = {
+        "info": ["info", copy],
+        "fertility-report": ["fertility-report", copy, "-t", "bytes"],
+        "train-tokenizer": ["train-tokenizer", copy, "--out", tmp_path / "tok", "--kind",
+                            "bpe", "--vocab-size", "500"],
+        "audit": ["audit", copy, "--json"],
+    }[command]
+    result = run_cli(*args)
+    if command == "audit":
+        assert result.exit_code == 1
+        problems = [p for check in json.loads(result.stdout).values()
+                    if isinstance(check, dict) for p in check.get("problems", [])]
+        assert any("has columns id, text (uint64, string)" in p for p in problems), problems
+        assert not [p for p in problems if "\n" in p]
+        return
+    assert result.exit_code == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert "has columns id, text (uint64, string), its manifest says id, src, tgt" in line
+    assert str(copy) in line
+
+
+def _swap_in_another_schema(ds: Path) -> Path:
+    """A valid Arrow file in place of shard 0, its hash and size put in the manifest: only its
+    footer shows it is not this dataset's."""
+    from spr_data.fsio import sha256_file
+
+    m = json.loads((ds / "manifest.json").read_text())
+    shard = ds / m["shards"][0]["file"]
+    table = pa.table({"id": pa.array(range(m["rows"]), pa.uint64()),
+                      "text": pa.array(["another dataset's row"] * m["rows"])})
+    with pa.OSFile(str(shard), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
+    _tamper(ds, lambda m: _shard0(m, hash=sha256_file(shard), bytes=shard.stat().st_size))
+    return shard
 
 
 def test_a_lineage_that_loops_ends_audit(copy: Path):
@@ -157,6 +239,8 @@ def test_a_lineage_that_loops_ends_audit(copy: Path):
 
 
 def test_info_reads_a_lineage_parent_without_rows(copy: Path):
+    """info describes a lineage as recorded (a count it lacks is "?"; the ValueError of
+    formatting it was the bug); audit is the command that checks a lineage."""
     _tamper(copy, lambda m: _parent(m, {"path": "/somewhere"}))
     result = run_cli("info", copy)
     assert result.exit_code == 0 and "(? rows)" in result.stdout
@@ -175,3 +259,22 @@ def test_an_opened_dataset_notices_it_was_replaced(corpora: Path, tmp_path: Path
     with pytest.raises(DatasetError, match="was replaced since it was opened"):
         ds[len(ds) - 1]
     assert open_dataset(out)[len(ds) - 1]["id"] == len(ds) - 1
+
+
+def test_a_dataset_replaced_on_the_server_is_reported_replaced_not_corrupt(corpora: Path,
+                                                                          tmp_path: Path):
+    """Over HTTP the manifest is not a file to stat: a shard that no longer matches makes
+    the reader fetch the manifest again, and a new one means the dataset was replaced."""
+    from spr_data.reader import RetryPolicy
+    from spr_data.testing import serve_directory
+
+    src = corpora / "parallel/tatoeba_manythings_eng-ben.tsv"
+    out = tmp_path / "ds"
+    ingest([src], out, langs=["en", "bn"], shard_rows=1000)
+    with serve_directory(tmp_path) as server:
+        ds = open_dataset(f"{server.url}/ds", retry=RetryPolicy(attempts=3, base_delay=0.001))
+        ds[0]
+        ingest([src], out, langs=["en", "bn"], shard_rows=700, overwrite=True)
+        with pytest.raises(DatasetError, match="was replaced since it was opened") as info:
+            ds[len(ds) - 1]
+        assert "corrupt" not in str(info.value)

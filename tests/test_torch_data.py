@@ -182,6 +182,67 @@ def test_coverage_monitor_catches_missed_and_repeated_rows(dataset: Path):
         monitor.end_epoch()
 
 
+def test_coverage_monitor_is_not_sized_by_a_forged_id_bound(dataset: Path, tmp_path: Path):
+    """id_bound = 10**18 passes every check (rows <= rows_in <= id_bound < 2**63): a bitmap
+    over it would be 111 PiB. Above 64 ids a row the monitor keeps the ids instead."""
+    import json
+    import shutil
+
+    from spr_data.pipeline.torch_data import CoverageMonitor
+
+    copy = tmp_path / "ds"
+    shutil.copytree(dataset, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    (copy / "manifest.json").write_text(json.dumps({**manifest, "id_bound": 10**18}))
+    monitor = CoverageMonitor(copy, strict=True)
+    monitor.update(np.arange(4387))
+    assert monitor.end_epoch() == {"epoch": 0, "seen": 4387, "distinct_rows": 4387,
+                                   "repeats": 0, "missed": 0, "coverage": 1.0}
+    monitor.update(np.arange(2000))
+    monitor.update(np.arange(2000))
+    with pytest.raises(RuntimeError, match="2,000 repeated"):
+        monitor.end_epoch()
+
+
+def test_coverage_monitor_refuses_forged_rows_and_bytes(dataset: Path, tmp_path: Path):
+    """rows and bytes forged together: the shard's real size refuses them before the bitmap
+    (sized by the rows) is made."""
+    import json
+    import shutil
+
+    from spr_data.errors import DatasetError
+    from spr_data.pipeline.torch_data import CoverageMonitor
+
+    copy = tmp_path / "ds"
+    shutil.copytree(dataset, copy)
+    m = json.loads((copy / "manifest.json").read_text())
+    shards = [{**m["shards"][0], "rows": 10**17, "bytes": 2**62}, *m["shards"][1:]]
+    rows = sum(s["rows"] for s in shards)
+    (copy / "manifest.json").write_text(json.dumps(
+        {**m, "shards": shards, "rows": rows, "rows_in": rows, "id_bound": 10**18}))
+    with pytest.raises(DatasetError, match="its manifest says 4,611,686,018,427,387,904"):
+        CoverageMonitor(copy)
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_map_style_workers_notice_a_dataset_replaced_since_its_length(
+        corpora: Path, tmp_path: Path, start: str):
+    """``ingest --overwrite`` between the construction (which read the length) and the
+    DataLoader's workers (which open the path again): refused, not new rows under the old
+    length."""
+    from spr_data.errors import DatasetError
+    from spr_data.pipeline.torch_data import SprMapDataset
+
+    src = corpora / "parallel/tatoeba_manythings_eng-ben.tsv"
+    out = tmp_path / "ds"
+    ingest([src], out, langs=["en", "bn"], shard_rows=1000)
+    ds = SprMapDataset(out)
+    ingest([src], out, langs=["en", "bn"], shard_rows=700, overwrite=True)
+    loader = DataLoader(ds, batch_size=None, num_workers=1, multiprocessing_context=start)
+    with pytest.raises(DatasetError, match="was replaced since it was opened"):
+        next(iter(loader))
+
+
 @pytest.fixture(scope="module")
 def tokenized(dataset: Path, corpora: Path) -> Path:
     from spr_data.pipeline.tokenize import tokenize

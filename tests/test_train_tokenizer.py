@@ -195,11 +195,52 @@ def test_trainer_refusals_and_sizes_are_reported_as_they_are(corpora: Path, tmp_
     assert made["vocab_size_asked"] == 1_000_000
     assert made["vocab_size"] == load_tokenizer(str(tmp_path / "big/tokenizer.json")) \
         .encoder.get_vocab_size(with_added_tokens=True) < 1_000_000
-    # another kind into the same directory replaces the tokenizer, and a dataset is refused
+    # another kind into the same directory replaces the tokenizer (with --overwrite), and a
+    # dataset is refused
     run_cli("train-tokenizer", english, "--out", tmp_path / "big", "--kind",
-            "sentencepiece-bpe", "--vocab-size", "500")
+            "sentencepiece-bpe", "--vocab-size", "500", "--overwrite")
     assert sorted(p.name for p in (tmp_path / "big").glob("tokenizer*")) == ["tokenizer.model"]
     (tmp_path / "big/manifest.json").write_text("{}")
     result = run_cli("train-tokenizer", english, "--out", tmp_path / "big", "--kind", "bpe",
                      "--vocab-size", "500")
     assert result.exit_code == 2 and "is a dataset" in result.stderr
+
+
+@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer.model", "training.json"])
+def test_a_file_no_run_wrote_is_never_replaced(corpora: Path, tmp_path: Path, name: str):
+    """A tokenizer of the user's own in --out: refused with one line that names it, with
+    --overwrite too (which replaces only an earlier run's tokenizer), and left as it was."""
+    english = corpora / "parallel/multi30k/train.en.gz"
+    out = tmp_path / "tok"
+    out.mkdir()
+    (out / name).write_text("mine")
+    for extra in ([], ["--overwrite"]):
+        result = run_cli("train-tokenizer", english, "--out", out, "--kind", "bpe",
+                         "--vocab-size", "500", *extra)
+        assert result.exit_code == 2, result.stderr
+        [line] = result.stderr.strip().splitlines()
+        assert f"{out / name} was not written by spr-data train-tokenizer" in line
+        assert "move it away or choose another --out" in line
+        assert (out / name).read_text() == "mine"
+    assert sorted(p.name for p in out.iterdir()) == [name]
+
+
+def test_an_earlier_runs_tokenizer_is_replaced_only_with_overwrite(corpora: Path,
+                                                                   tmp_path: Path):
+    english = corpora / "parallel/multi30k/train.en.gz"
+    out = tmp_path / "tok"
+    args = ["train-tokenizer", english, "--out", out, "--kind", "bpe", "--vocab-size", "500"]
+    assert run_cli(*args).exit_code == 0
+    made = (out / "tokenizer.json").read_bytes()
+    again = run_cli(*args[:-1], "600")
+    assert again.exit_code == 2
+    [line] = again.stderr.strip().splitlines()
+    assert "already holds a tokenizer from an earlier run" in line and "--overwrite" in line
+    assert (out / "tokenizer.json").read_bytes() == made
+    replaced = run_cli(*args[:-1], "600", "--overwrite", "--json")
+    assert replaced.exit_code == 0, replaced.stderr
+    assert json.loads((out / "training.json").read_text())["vocab_size_asked"] == 600
+    # an earlier run's tokenizer changed by hand is no longer that run's: refused
+    (out / "tokenizer.json").write_text("{}")
+    edited = run_cli(*args, "--overwrite")
+    assert edited.exit_code == 2 and "was not written by spr-data" in edited.stderr

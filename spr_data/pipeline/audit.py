@@ -335,6 +335,7 @@ def _check_replay(ds: Dataset, replay: Replay) -> dict[str, Any]:
     """Replays the very functions the iterator uses and counts what each epoch saw."""
     from spr_data.pipeline.order import epoch_order
 
+    ds.check_sizes()  # the replay allocates by the rows: the manifest's, bounded by the files
     n = len(ds)
     epochs, problems = [], []
     orders = []

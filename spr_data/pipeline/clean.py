@@ -19,7 +19,6 @@ The manifest is written last; ``.work`` is removed once it is.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -35,7 +34,7 @@ from spr_data._version import __version__
 from spr_data.errors import DataLossError, InputError, SprDataError
 from spr_data.fsio import atomic_write_bytes, sha256_file
 from spr_data.manifest import ShardInfo
-from spr_data.outdir import REJECTS_DIR
+from spr_data.outdir import REJECTS_DIR, temp_tag
 from spr_data.pipeline.executor import Executor, LocalExecutor, run_apart
 from spr_data.pipeline.runner import ShardRun, Unit, open_input, read_unit
 from spr_data.pipeline.units import finished_unit, mark_unit_finished
@@ -550,13 +549,17 @@ def _finish(run: ShardRun, recipe: Recipe, stages: list[Stage],
         examples=dict(sorted(examples.items())))
     if not allow_heavy_loss:
         _refuse_heavy_loss(report, recipe, run.work, run.source.langs)
+    tag = temp_tag(run.out)  # this process's temp files in out, recorded as the run's
     atomic_write_bytes(run.out / "report.json",
-                       json.dumps(report.to_json(), indent=2, ensure_ascii=False).encode())
+                       json.dumps(report.to_json(), indent=2, ensure_ascii=False).encode(),
+                       tag=tag)
     from spr_data.qa.report_html import render_report
 
-    atomic_write_bytes(run.out / "report.html", render_report(report.to_json()).encode())
+    atomic_write_bytes(run.out / "report.html", render_report(report.to_json()).encode(),
+                       tag=tag)
     if "align" in states:
-        shutil.copyfile(states["align"]["model"], run.out / "align_model.npz")
+        atomic_write_bytes(run.out / "align_model.npz",
+                           Path(states["align"]["model"]).read_bytes(), tag=tag)
     lineage = run.lineage(recipe=recipe.to_json(), recipe_hash=recipe.digest,
                           options={"workers": run.executor.workers})
     run.publish(kept, rejected=rejected, rejects=counts, lineage=lineage)

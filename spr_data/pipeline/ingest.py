@@ -30,6 +30,7 @@ from spr_data.outdir import (
     prepare_output,
     publish,
     remove_outputs,
+    temp_tag,
 )
 from spr_data.pipeline.sources import (
     REJECT_REASONS,
@@ -133,14 +134,17 @@ def _write_dataset(plan: SourcePlan, out: Path, format: str | None, columns: Seq
         claim(out, path.relative_to(out).as_posix())
 
     schema = rows_schema(plan.kind)
-    rows = ShardWriter(out, schema, shard_rows=shard_rows, shard_bytes=shard_bytes,
-                       claim=claim_file)
-    rejects = ShardWriter(out / REJECTS_DIR, ingest_rejects_schema(),
-                          shard_rows=shard_rows, shard_bytes=shard_bytes, claim=claim_file,
-                          rejects=True)
+    writers: list[ShardWriter] = []
     reject_counts: Counter[str] = Counter()
     next_id = 0
     try:
+        tag = temp_tag(out)  # recorded in the work state before any temp file is made
+        rows = ShardWriter(out, schema, shard_rows=shard_rows, shard_bytes=shard_bytes,
+                           claim=claim_file, tag=tag)
+        rejects = ShardWriter(out / REJECTS_DIR, ingest_rejects_schema(),
+                              shard_rows=shard_rows, shard_bytes=shard_bytes, claim=claim_file,
+                              rejects=True, tag=tag)
+        writers += [rows, rejects]
         claim(out, REJECTS_DIR + "/", f"{REJECTS_DIR}/{MANIFEST_NAME}", MANIFEST_NAME)
         for input_index, source in enumerate(plan.sources):
             tally = _Tally()
@@ -172,8 +176,8 @@ def _write_dataset(plan: SourcePlan, out: Path, format: str | None, columns: Seq
         publish(out, manifest, rejects=rejected)
         shutil.rmtree(out / WORK_DIR, ignore_errors=True)
     except BaseException as exc:
-        rows.abort()
-        rejects.abort()
+        for writer in writers:
+            writer.abort()
         remove_outputs(out)
         if isinstance(exc, OSError):
             raise OutputError(os_error_message(exc, out)) from exc

@@ -153,7 +153,9 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
 
     def _open(self) -> Dataset:
         if self._dataset is None:  # opened in each worker process: memory maps do not pickle
-            self._dataset = open_dataset(self.path, reader=self.reader)
+            dataset = open_dataset(self.path, reader=self.reader)
+            dataset.check_digest(self.manifest_digest)  # the one the plan was made for
+            self._dataset = dataset
         return self._dataset
 
     def _plan(self, workers: int) -> EpochPlan | TokenPlan:
@@ -321,8 +323,12 @@ class SprMapDataset(torch.utils.data.Dataset[dict[str, Any]]):
     def __init__(self, path: str | Path, *, reader: ReaderOptions | None = None) -> None:
         self.path = str(path)
         self.reader = reader
-        self._rows = len(open_dataset(self.path, reader=reader))
-        self._dataset: Dataset | None = None
+        dataset = open_dataset(self.path, reader=reader)
+        self._rows = len(dataset)
+        #: the manifest the length was read from: a worker that opens the path again checks
+        #: it finds the same one (after ``ingest --overwrite`` it would not)
+        self.manifest_digest = dataset.manifest_digest
+        self._dataset: Dataset | None = dataset
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_dataset": None}
@@ -331,25 +337,40 @@ class SprMapDataset(torch.utils.data.Dataset[dict[str, Any]]):
         return self._rows
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        if self._dataset is None:
-            self._dataset = open_dataset(self.path, reader=self.reader)
+        if self._dataset is None:  # in a DataLoader worker: memory maps do not pickle
+            dataset = open_dataset(self.path, reader=self.reader)
+            dataset.check_digest(self.manifest_digest)
+            self._dataset = dataset
         return self._dataset[index]
+
+
+#: ids per row above which ``CoverageMonitor`` keeps the ids seen rather than a bitmap
+_BITS_PER_ROW = 64
 
 
 class CoverageMonitor:
     """Counts distinct row ids per epoch in a bitmap (one bit per id: 1.75 MB at 14M rows)
-    and says, at the epoch's end, how many rows were missed or repeated.
+    and says, at the epoch's end, how many rows were missed or repeated. Where the ids are
+    sparse (``id_bound`` above 64 ids a row: a dataset that kept few of its input's rows, or
+    a forged manifest) it keeps the ids seen instead, 8 bytes each.
 
     ``update(batch["ids"])`` on every step; ``end_epoch()`` returns the figures and warns —
     or raises with ``strict`` — unless every row was seen exactly once.
     """
 
-    def __init__(self, path: str | Path, *, strict: bool = False) -> None:
-        dataset = open_dataset(path)
+    def __init__(self, path: str | Path, *, strict: bool = False,
+                 reader: ReaderOptions | None = None) -> None:
+        dataset = open_dataset(path, reader=reader)
+        dataset.check_sizes()  # the rows are then bounded by the files, not only the manifest
         self.rows = len(dataset)
         self.strict = strict
         self._bound = dataset.manifest.id_bound
-        self._bits = np.zeros((self._bound + 7) // 8, dtype=np.uint8)
+        # a bitmap costs id_bound / 8 bytes, the ids themselves 8 bytes a row: the bitmap only
+        # while it is the cheaper (a sparse or forged id_bound never sizes an allocation)
+        dense = self._bound <= _BITS_PER_ROW * self.rows + (1 << 23)
+        self._bits: np.ndarray | None = (np.zeros((self._bound + 7) // 8, dtype=np.uint8)
+                                         if dense else None)
+        self._parts: list[np.ndarray] = []  # the ids seen, when there is no bitmap
         self._seen = 0
         self._repeats = 0
         self.epoch = 0
@@ -360,19 +381,27 @@ class CoverageMonitor:
         if values.size and (values.min() < 0 or values.max() >= self._bound):
             raise InputError(f"row id {int(values.max())} is outside this dataset's ids "
                              f"(0..{self._bound - 1})")
+        self._seen += len(values)
+        if self._bits is None:
+            self._parts.append(values.copy())
+            return
         distinct = unique(values)
         self._repeats += len(values) - len(distinct)
         byte, bit = distinct >> 3, (1 << (distinct & 7)).astype(np.uint8)
         self._repeats += int(((self._bits[byte] & bit) != 0).sum())
         np.bitwise_or.at(self._bits, byte, bit)
-        self._seen += len(values)
 
     def end_epoch(self) -> dict[str, Any]:
-        distinct = int(np.unpackbits(self._bits).sum())
+        if self._bits is not None:
+            distinct = int(np.unpackbits(self._bits).sum())
+            self._bits[:] = 0
+        else:
+            distinct = len(unique(np.concatenate(self._parts))) if self._parts else 0
+            self._repeats = self._seen - distinct
+            self._parts = []
         result = {"epoch": self.epoch, "seen": self._seen, "distinct_rows": distinct,
                   "repeats": self._repeats, "missed": self.rows - distinct,
                   "coverage": round(distinct / max(self.rows, 1), 6)}
-        self._bits[:] = 0
         self._seen = self._repeats = 0
         self.epoch += 1
         if result["missed"] or result["repeats"]:

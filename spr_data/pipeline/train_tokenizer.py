@@ -12,6 +12,7 @@ dropped, and the text is streamed into the trainer — never held in memory as a
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -25,8 +26,15 @@ from typing import Any
 import pyarrow as pa
 
 from spr_data.errors import InputError, OutputError
-from spr_data.fsio import atomic_write_bytes, os_error_message, temp_path
-from spr_data.outdir import output_lock
+from spr_data.fsio import (
+    atomic_write_bytes,
+    is_token,
+    os_error_message,
+    sha256_file,
+    temp_path,
+    temp_token,
+)
+from spr_data.outdir import WORK_DIR, output_lock, temp_tag
 from spr_data.qa.scripts import normalize_lang, profile
 from spr_data.reader import ReaderOptions
 
@@ -41,6 +49,10 @@ KINDS = ("sentencepiece-unigram", "sentencepiece-bpe", "bpe", "byte-bpe")
 MARK_AWARE_PATTERN = (r"'s|'t|'re|'ve|'m|'ll|'d| ?[\p{L}\p{M}]+| ?\p{N}+"
                       r"| ?[^\s\p{L}\p{M}\p{N}]+|\s+(?!\S)|\s+")
 _BATCH = 4096
+#: what a run writes into --out; an existing one is replaced only when an earlier run wrote it
+#: (``training.json`` names its tokenizer and that file's hash) and only with ``overwrite``
+TRAINING = "training.json"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
 #: Every HOLD_OUT_EVERY-th segment is kept out of training for the closing fertility report.
 HOLD_OUT_EVERY = 100
 MAX_HELD_OUT = 20_000
@@ -152,6 +164,8 @@ class TrainResult:
     vocab_size_asked: int = 0  # --vocab-size; vocab_size is what the trainer made
     weights: dict[str, float] | None = None  # --weights, when given instead of alpha
     seed: int = 0
+    #: sha256 of the tokenizer file: what tells a later run that the file is this run's
+    tokenizer_sha256: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "vocab_size": self.vocab_size,
@@ -161,7 +175,8 @@ class TrainResult:
                 "sampling_rates": {g: round(r, 4) for g, r in self.rates.items()},
                 "fed_chars_by_group": self.fed_chars_by_group,
                 "segments_fed": self.segments_fed, "held_out_segments": len(self.held_out),
-                "tokenizer": self.tokenizer_file.name}
+                "tokenizer": self.tokenizer_file.name,
+                "tokenizer_sha256": self.tokenizer_sha256}
 
 
 def train_tokenizer(
@@ -176,38 +191,110 @@ def train_tokenizer(
     seed: int = 0,
     reader: ReaderOptions | None = None,
     on_progress: Progress | None = None,
+    overwrite: bool = False,
 ) -> TrainResult:
     """Train a tokenizer of ``kind`` on the balanced stream and write it into ``out``;
     ``reader`` says how datasets are read (network filesystems, retries, a local cache).
     ``on_progress(phase, done, total)`` hears each phase: ``count`` (segments read, total
     unknown), ``sample`` (segments fed, of about ``total``), ``train`` (after the stream).
-    ``out`` is locked for the run; a failed run leaves no temp file behind."""
+
+    ``out`` is locked for the run. An earlier run's tokenizer there is replaced only with
+    ``overwrite``; a ``tokenizer.json``, ``tokenizer.model`` or ``training.json`` that no run
+    wrote is never replaced. A run that fails or is interrupted leaves no temp file behind,
+    and one killed outright leaves only temp files its rerun proves its own and removes."""
+    out = Path(out)
     with output_lock(out, command="train-tokenizer"):
+        if (out / "manifest.json").exists() or any(
+                (out / WORK_DIR / n).exists() for n in ("outputs", "run.json")):
+            raise InputError(f"--out {out} is a dataset (or an unfinished run's output); give "
+                             "a directory for the tokenizer")
+        _remove_run_temps(out)  # a killed run's, by the tokens its work state recorded
         try:
-            return _train_tokenizer(inputs, Path(out), kind=kind, vocab_size=vocab_size,
+            return _train_tokenizer(inputs, out, kind=kind, vocab_size=vocab_size,
                                     balance=balance, alpha=alpha, weights=weights, seed=seed,
-                                    reader=reader,
+                                    reader=reader, overwrite=overwrite,
                                     on_progress=on_progress or (lambda p, d, t: None))
         except OSError as exc:  # writing the tokenizer: a full disk, a read-only directory
             raise OutputError(os_error_message(exc, out)) from exc
+        finally:  # whatever ended the run (an interrupt too): its temp files go
+            _remove_run_temps(out)
+
+
+def _remove_run_temps(out: Path) -> None:
+    """Remove the temp files runs in ``out`` made (``tokenizer.PID-TOKEN.tmp.model`` and
+    ``.vocab``, ``tokenizer.json.PID-TOKEN.tmp``, ``training.json.PID-TOKEN.tmp``) whose
+    token a run recorded in ``out/.work/tags`` before making them, then those records; a
+    file of a like name that no run recorded stays."""
+    records = out / WORK_DIR / "tags"
+    try:
+        tags = {p.name for p in records.iterdir() if is_token(p.name)}
+        names = [p.name for p in out.iterdir()]
+    except OSError:
+        return
+    for name in names:
+        stem = name.removesuffix(".model").removesuffix(".vocab") \
+            if name.endswith((".tmp.model", ".tmp.vocab")) else name
+        if any(temp_token(stem, final) in tags
+               for final in ("tokenizer", *TOKENIZER_FILES, TRAINING)):
+            (out / name).unlink(missing_ok=True)
+    for tag in tags:
+        (records / tag).unlink(missing_ok=True)
+    for directory in (records, records.parent):  # only if empty: a user's .work stays
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+
+
+def _earlier_run(out: Path) -> set[str]:
+    """The files of ``out`` an earlier train-tokenizer wrote: its ``training.json`` and the
+    tokenizer file that names (when its hash is the one recorded, or no hash was: older
+    runs recorded none)."""
+    try:
+        made = json.loads((out / TRAINING).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return set()
+    if not (isinstance(made, dict) and made.get("kind") in KINDS
+            and made.get("tokenizer") in TOKENIZER_FILES):
+        return set()
+    own = {TRAINING}
+    tokenizer = out / made["tokenizer"]
+    recorded = made.get("tokenizer_sha256")
+    if tokenizer.is_file() and (not recorded or sha256_file(tokenizer) == recorded):
+        own.add(tokenizer.name)
+    return own
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    """Refuse, before any work, to replace a file in ``out`` that no run wrote, or an earlier
+    run's tokenizer without ``overwrite``."""
+    found = [n for n in (*TOKENIZER_FILES, TRAINING) if (out / n).exists()]
+    own = _earlier_run(out)
+    strangers = [n for n in found if n not in own]
+    if strangers:
+        raise InputError(
+            f"{out / strangers[0]} was not written by spr-data train-tokenizer (no "
+            f"{TRAINING} of an earlier run here names it); move it away or choose another "
+            "--out: a run never replaces a file it did not write (overwrite=True replaces "
+            "only an earlier run's tokenizer)")
+    if found and not overwrite:
+        raise InputError(f"{out} already holds a tokenizer from an earlier run "
+                         f"({', '.join(found)}); pass overwrite=True to replace it")
 
 
 def _train_tokenizer(inputs: Sequence[str | Path], out: Path, *, kind: str, vocab_size: int,
                      balance: str, alpha: float, weights: dict[str, float] | None, seed: int,
-                     reader: ReaderOptions | None, on_progress: Progress) -> TrainResult:
+                     reader: ReaderOptions | None, on_progress: Progress,
+                     overwrite: bool) -> TrainResult:
     if kind not in KINDS:
         raise InputError(f"--kind {kind!r} is not one of {', '.join(KINDS)}")
     if balance not in ("script", "lang", "none"):
         raise InputError(f"--balance {balance!r} is not one of script, lang, none")
     if not 0.0 <= alpha <= 1.0:
         raise InputError(f"--alpha should be between 0 and 1, found {alpha}")
-    out = Path(out)
-    if (out / "manifest.json").exists():
-        raise InputError(f"--out {out} is a dataset; give a directory for the tokenizer")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputError(f"cannot create {out}: {exc.strerror}") from exc
+    _check_out(out, overwrite)
     chars: Counter[str] = Counter()
     segments: Counter[str] = Counter()
     for texts, langs in _batched(inputs, reader):  # pass 1: the groups' sizes
@@ -248,23 +335,26 @@ def _train_tokenizer(inputs: Sequence[str | Path], out: Path, *, kind: str, voca
             on_progress("sample", count[0], max(expected, count[0]))
         on_progress("train", 0, None)  # the trainer has the whole stream: now it learns
 
+    tag = temp_tag(out)  # recorded before any temp file is made: a rerun proves them ours
     if kind.startswith("sentencepiece"):
         target, stale = out / "tokenizer.model", out / "tokenizer.json"
-        size = _train_sentencepiece(stream(), target, kind.split("-")[1], vocab_size)
+        size = _train_sentencepiece(stream(), target, kind.split("-")[1], vocab_size, tag)
     else:
         target, stale = out / "tokenizer.json", out / "tokenizer.model"
-        size = _train_hf(stream(), target, kind, vocab_size)
+        size = _train_hf(stream(), target, kind, vocab_size, tag)
     on_progress("train", 1, 1)
-    if (out / "training.json").is_file():  # a tokenizer of another kind, from an earlier run
-        stale.unlink(missing_ok=True)    # here (never a file that no run wrote)
+    stale.unlink(missing_ok=True)  # a tokenizer of another kind: an earlier run's (checked)
     result = TrainResult(out, kind, size, balance, alpha, dict(chars), rates, dict(fed),
-                         count[0], target, held_out, vocab_size, weights, seed)
-    atomic_write_bytes(out / "training.json",
-                       json.dumps(result.to_json(), indent=2, ensure_ascii=False).encode())
+                         count[0], target, held_out, vocab_size, weights, seed,
+                         sha256_file(target))
+    atomic_write_bytes(out / TRAINING,
+                       json.dumps(result.to_json(), indent=2, ensure_ascii=False).encode(),
+                       tag=tag)
     return result
 
 
-def _train_hf(texts: Iterator[str], target: Path, kind: str, vocab_size: int) -> int:
+def _train_hf(texts: Iterator[str], target: Path, kind: str, vocab_size: int,
+              tag: str | None = None) -> int:
     """Train and write the tokenizer; its vocabulary size (under ``vocab_size`` when the
     text has fewer merges to learn)."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -284,7 +374,7 @@ def _train_hf(texts: Iterator[str], target: Path, kind: str, vocab_size: int) ->
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
                                       special_tokens=["<unk>"])
     tok.train_from_iterator(texts, trainer=trainer)
-    tmp = temp_path(target)
+    tmp = temp_path(target, tag)
     try:
         tok.save(str(tmp))
         tmp.replace(target)
@@ -298,29 +388,44 @@ def _train_hf(texts: Iterator[str], target: Path, kind: str, vocab_size: int) ->
 
 
 def _train_sentencepiece(texts: Iterator[str], target: Path, model_type: str,
-                         vocab_size: int) -> int:
-    """Train and write the model; its vocabulary size."""
+                         vocab_size: int, tag: str | None = None) -> int:
+    """Train and write the model; its vocabulary size. Its temp files (``PREFIX.model`` and
+    ``PREFIX.vocab``, written by the trainer) are removed however training ends."""
     import sentencepiece as spm
 
-    prefix = temp_path(target.with_name("tokenizer"))
+    prefix = temp_path(target.with_name("tokenizer"), tag)
+    made = [Path(str(prefix) + suffix) for suffix in (".model", ".vocab")]
+    stopped: list[BaseException] = []
+
+    def guarded() -> Iterator[str]:
+        """The stream, noting what stopped it: SentencePiece turns an exception raised in
+        its iterator (a Ctrl-C, an unreadable input) into a RuntimeError of its own."""
+        try:
+            yield from texts
+        except BaseException as exc:
+            stopped.append(exc)
+            raise
+
     try:
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=texts, model_prefix=str(prefix), model_type=model_type,
-            vocab_size=vocab_size, byte_fallback=True, character_coverage=0.9995,
-            input_sentence_size=0, shuffle_input_sentence=False, minloglevel=2, num_threads=2)
-    except RuntimeError as exc:  # its checks: a vocabulary too small or too large for the text
-        for suffix in (".model", ".vocab"):
-            Path(str(prefix) + suffix).unlink(missing_ok=True)
-        if _disk_full(target):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target)) from None
-        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"SentencePiece cannot train a {model_type} model of "
-                         f"{vocab_size:,} pieces on this text: {reason}") from None
-    try:
-        Path(str(prefix) + ".model").replace(target)
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=guarded(), model_prefix=str(prefix), model_type=model_type,
+                vocab_size=vocab_size, byte_fallback=True, character_coverage=0.9995,
+                input_sentence_size=0, shuffle_input_sentence=False, minloglevel=2,
+                num_threads=2)
+        except RuntimeError as exc:  # its checks: a vocabulary too small or too large
+            if stopped:
+                raise stopped[0] from None
+            if _disk_full(target):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target)) from None
+            reason = (str(exc).strip().splitlines()[-1] if str(exc).strip()
+                      else type(exc).__name__)
+            raise InputError(f"SentencePiece cannot train a {model_type} model of "
+                             f"{vocab_size:,} pieces on this text: {reason}") from None
+        made[0].replace(target)
     finally:
-        for suffix in (".model", ".vocab"):
-            Path(str(prefix) + suffix).unlink(missing_ok=True)
+        for path in made:
+            path.unlink(missing_ok=True)
     size: int = spm.SentencePieceProcessor(model_file=str(target)).get_piece_size()
     return size
 
