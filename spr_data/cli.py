@@ -158,11 +158,6 @@ def _reports_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _count(value: object) -> str:
-    """A count from a manifest's (untyped) lineage: ``1,234``, or ``?`` when it is not one."""
-    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else "?"
-
-
 def _fail(message: str, exit_code: int, *, as_json: bool) -> NoReturn:
     """One line on stderr; with ``--json`` also one ``{"error", "exit_code"}`` object on
     stdout, so a script that parses stdout sees the failure. The exit code is kept (with
@@ -267,6 +262,7 @@ def ingest(
     quiet: QuietOption = False,
 ) -> None:
     """Turn raw corpora into a sharded Arrow dataset with a manifest."""
+    from spr_data import render
     from spr_data.pipeline.ingest import ingest as run_ingest
     from spr_data.pipeline.sources import parse_langs
 
@@ -282,16 +278,8 @@ def ingest(
             retry=_reader(retries, None).retry)
     if as_json:
         console.print_json(summary.to_json())
-        return
-    data = summary.to_json()
-    console.out.print(
-        f"[bold]{data['out']}[/]: {data['rows']:,} {data['kind']} rows "
-        f"({'-'.join(data['langs'])}) in {data['shards']} shard(s), {data['bytes']:,} bytes; "
-        f"{data['rejected']:,} of {data['records']:,} records rejected; "
-        f"{data['seconds']} s, {data['input_mb_per_s']} MB/s of input")
-    if summary.rejects:
-        console.out.print(console.table(None, ["reason", "rejected"],
-                                        [[k, f"{v:,}"] for k, v in summary.rejects.items()]))
+    else:
+        render.show_ingest(summary)
 
 
 @app.command()
@@ -316,7 +304,7 @@ def clean(
     ray_address: RayAddressOption = None,
 ) -> None:
     """Run the QA stages: keep good rows, keep every rejected row with its reasons."""
-    from spr_data.outdir import REJECTS_DIR
+    from spr_data import render
     from spr_data.pipeline.clean import clean as run_clean
 
     with _executor(executor, ray_address, workers) as runner, \
@@ -329,26 +317,8 @@ def clean(
         data = report.to_json()
         data.pop("distributions", None)  # the full histograms are in report.json
         console.print_json(data)
-        return
-    console.out.print(
-        f"[bold]{out}[/]: kept {report.rows_kept:,} of {report.rows_in:,} rows "
-        f"({report.rows_kept / max(report.rows_in, 1):.1%}); rejected {report.rows_rejected:,} "
-        f"→ {out / REJECTS_DIR}; {report.seconds:.1f} s")
-    rows = []
-    for stage in report.stages:
-        rows.append([stage["name"], f"{stage['rows_in']:,}", f"-{stage['removed']:,}",
-                     f"{stage['rows_out']:,}",
-                     ", ".join(f"{r} {n:,}" for r, n in sorted(
-                         stage["by_reason"].items(), key=lambda kv: -kv[1]))])
-    console.out.print(console.table("waterfall", ["stage", "in", "removed", "out", "reasons"],
-                                    rows))
-    if report.quarantine_not_found:
-        console.err.print(f"[yellow]warning:[/] {report.quarantine_not_found:,} quarantine id(s) "
-                          "are not rows of this dataset (ids of another dataset?)")
-    if report.align:
-        console.out.print(f"alignment threshold {report.align['threshold']:.3f} "
-                          f"(trained on {report.align['trained_on']:,} pairs); "
-                          f"details in {out / 'report.json'}")
+    else:
+        render.show_clean(report, out)
 
 
 @app.command()
@@ -369,6 +339,7 @@ def tokenize(
     ray_address: RayAddressOption = None,
 ) -> None:
     """Add token-id columns (src_ids/tgt_ids or text_ids) for training."""
+    from spr_data import render
     from spr_data.pipeline.tokenize import tokenize as run_tokenize
 
     with _executor(executor, ray_address, workers) as runner, \
@@ -379,11 +350,8 @@ def tokenize(
                               executor=runner)
     if as_json:
         console.print_json(report.to_json())
-        return
-    tokens = ", ".join(f"{name} {count:,}" for name, count in report.tokens.items())
-    console.out.print(f"[bold]{out}[/]: {report.rows:,} rows tokenized with "
-                      f"{report.tokenizer['name']} ({report.id_type} ids; {tokens} tokens); "
-                      f"{report.seconds:.1f} s")
+    else:
+        render.show_tokenize(report, out)
 
 
 @app.command("fertility-report")
@@ -418,6 +386,7 @@ def fertility_report(
     """Characters per token, fertility and balance per script and language, per tokenizer."""
     import json
 
+    from spr_data import render
     from spr_data.pipeline.fertility import fertility_report as run_report
     from spr_data.pipeline.fertility import read_sources
     from spr_data.tokenizers import load_tokenizer
@@ -445,24 +414,9 @@ def fertility_report(
     if json_file is not None:
         atomic_write_bytes(json_file,
                            (json.dumps(report, indent=2, ensure_ascii=False) + "\n").encode())
-    from spr_data import render
-
-    for item in render.fertility_tables(report, width=console.out.width):
-        console.out.print(item)
-    for line in render.grouped_warnings(report):
-        console.warn(line)
-    if report["warnings"]:
-        where = f"in {json_file}" if json_file is not None else "with --json FILE"
-        console.err.print(f"{len(report['warnings'])} warning(s) in all, each listed {where}",
-                          style="dim", highlight=False, markup=False)
+    render.show_fertility(report, json_file=json_file)
     if markdown_file is not None:
-        lines = []
-        for title, columns, rows in render.fertility_rows(report):
-            lines += [f"### {title}", "", "| " + " | ".join(c.header for c in columns) + " |",
-                      "|" + "---|" * len(columns)]
-            lines += ["| " + " | ".join(r) + " |" for r in rows] + [""]
-        lines += [f"- warning: {w}" for w in report["warnings"]]
-        atomic_write_bytes(markdown_file, ("\n".join(lines) + "\n").encode())
+        atomic_write_bytes(markdown_file, render.fertility_markdown(report).encode())
     if chart_file is not None:
         from spr_data.pipeline.fertility import chart_html
 
@@ -494,9 +448,9 @@ def train_tokenizer(
     as_json: JsonOption = False,
 ) -> None:
     """Train a tokenizer on balanced, streamed text; report its fertility on held-out text."""
-    from spr_data.pipeline.fertility import TextSource, fertility_report
+    from spr_data import render
+    from spr_data.pipeline.train_tokenizer import held_out_report
     from spr_data.pipeline.train_tokenizer import train_tokenizer as run_train
-    from spr_data.tokenizers import load_tokenizer
 
     parsed = _parse_weights(weights) if weights else None
     if parsed is not None and balance == "none":
@@ -507,38 +461,11 @@ def train_tokenizer(
         result = run_train(inputs, out, kind=kind, vocab_size=vocab_size, balance=balance,
                            alpha=alpha, weights=parsed, seed=seed, overwrite=overwrite,
                            reader=_reader(retries, cache_dir), on_progress=progress)
-        progress("held-out report", 0, len(result.held_out))
-        by_lang: dict[str, list[str]] = {}
-        for text, lang in result.held_out:
-            by_lang.setdefault(lang, []).append(text)
-        sources = [TextSource(f"held-out:{lang}", None if lang == "und" else lang, texts)
-                   for lang, texts in by_lang.items()]
-        report = fertility_report(sources, [load_tokenizer(str(result.tokenizer_file))]) \
-            if sources else None
-        progress("held-out report", len(result.held_out), len(result.held_out))
+        report = held_out_report(result, on_progress=progress)
     if as_json:
         console.print_json({**result.to_json(), "out": str(out), "held_out_report": report})
-        return
-    console.out.print(f"[bold]{result.tokenizer_file}[/]: {kind}, {result.vocab_size:,} tokens, "
-                      f"trained on {result.segments_fed:,} segments; sampling rates "
-                      + ", ".join(f"{g} ×{r:.2f}" for g, r in result.rates.items()))
-    if report is not None:
-        data = next(iter(report["tokenizers"].values()))
-        rows = [[script, f"{m['segments']:,}", f"{m['chars_per_token']:.2f}",
-                 f"{m['mark_split_rate']:.1%}", f"{m['char_share']:.1%}",
-                 f"{m['token_share']:.1%}"] for script, m in data["by_script"].items()]
-        from spr_data import render
-
-        columns = [render.Column("script"), render.Column("segments", "segs", "right"),
-                   render.Column("chars/token", "c/tok", "right"),
-                   render.Column("mark-split", "mark", "right"),
-                   render.Column("char share", "char%", "right"),
-                   render.Column("token share", "tok%", "right")]
-        for item in render.table("held-out fertility by script", columns, rows,
-                                 width=console.out.width):
-            console.out.print(item)
-        for line in render.grouped_warnings(report):
-            console.warn(line)
+    else:
+        render.show_trained_tokenizer(result, report)
 
 
 @app.command()
@@ -570,6 +497,7 @@ def audit(
 ) -> None:
     """Integrity, accounting through the lineage, distinct content, epoch replay (with
     --world-size, --batch-size or --max-tokens), and a loader's coverage (--ids-log)."""
+    from spr_data import render
     from spr_data.pipeline.audit import Replay, audit_dataset
 
     replay = None
@@ -589,44 +517,9 @@ def audit(
             data |= _json_failure(f"audit of {dataset} failed ({', '.join(failed)})", problems)
         console.print_json(data)
     else:
-        for name, check in report.checks.items():
-            mark = "[green]ok[/]  " if check["ok"] else "[red]FAIL[/]"
-            console.out.print(f"{mark} {name:<13} {_audit_figures(name, check)}", soft_wrap=True)
-            for problem in check.get("problems", []):
-                console.out.print(f"      {problem}", soft_wrap=True)
-        verdict = "[green]PASS[/]" if report.ok else "[red]FAIL[/]"
-        console.out.print(f"{verdict}: {dataset}")
+        render.show_audit(report, dataset)
     if not report.ok:
         raise typer.Exit(1)
-
-
-def _audit_figures(name: str, check: dict[str, Any]) -> str:
-    """One line of the figures behind an audit check's verdict."""
-    try:
-        return _figures(name, check)
-    except KeyError:  # the check could not run: its problems say why
-        return ""
-
-
-def _figures(name: str, check: dict[str, Any]) -> str:
-    if name == "integrity":
-        return f"{check['rows']:,} rows verified in {check['shards']} shards"
-    if name == "accounting":
-        return " ← ".join(f"{s['stage']} {s['rows_in']:,} in = {s['kept']:,} kept + "
-                          f"{s['rejected']:,} rejected" for s in check["stages"])
-    if name == "content":
-        return f"{check['distinct_content']:,} distinct of {check['rows']:,} rows"
-    if name in ("epoch_replay", "ids_log"):
-        parts = []
-        for e in check["epochs"]:
-            text = (f"epoch {e['epoch']}: {e['distinct_rows']:,} distinct, "
-                    f"{e['repeats']:,} repeats, {e['missed']:,} missed")
-            if "batches_per_rank" in e:
-                per_rank = sorted(set(e["batches_per_rank"]))
-                text += f", {'/'.join(map(str, per_rank))} batches per rank"
-            parts.append(text)
-        return "; ".join(parts)
-    return ""
 
 
 @app.command()
@@ -642,51 +535,15 @@ def info(
     as_json: JsonOption = False,
 ) -> None:
     """Describe a dataset: rows, shards, kind, languages, rejects, lineage, sample rows."""
-    import numpy as np
-
-    from spr_data.dataset import open_dataset
-
-    ds = open_dataset(dataset, reader=_reader(retries, None))
-    m = ds.manifest
-    n = min(samples, len(ds))
-    picked = (np.sort(np.random.default_rng(seed).choice(len(ds), n, replace=False))
-              if random else np.arange(n))
-    rows = ds.take(picked).to_pylist()
-    data = {
-        "path": ds.location, "kind": m.kind, "role": m.role, "langs": m.langs,
-        "rows": m.rows, "rows_in": m.rows_in, "shards": len(m.shards), "bytes": m.bytes,
-        "rejects": m.rejects, "columns": [f.name for f in m.schema],
-        "lineage": m.lineage, "samples": [_printable(r) for r in rows],
-    }
-    if as_json:
-        console.print_json(data)
-        return
-    lineage = m.lineage
-    console.out.print(f"[bold]{ds.path}[/]  {m.kind} {m.role} ({'-'.join(m.langs)})")
-    console.out.print(f"rows {m.rows:,} of {m.rows_in:,} in, {len(m.shards)} shard(s), "
-                      f"{m.bytes:,} bytes; columns: {', '.join(f.name for f in m.schema)}")
-    console.out.print(f"made by {lineage.get('stage', '?')} (spr-data "
-                      f"{lineage.get('version', '?')}) at {lineage.get('created', '?')}")
-    parent = lineage.get("parent")
-    if isinstance(parent, dict):
-        console.out.print(f"  from {parent.get('path')} ({_count(parent.get('rows'))} rows); "
-                          f"recipe {lineage.get('recipe_hash', '?')}")
-    inputs = lineage.get("inputs")
-    for i, source in enumerate(inputs if isinstance(inputs, list) else []):
-        if not isinstance(source, dict):
-            continue
-        listed = source.get("files")
-        files = ", ".join(str(f.get("path")) for f in (listed if isinstance(listed, list) else [])
-                          if isinstance(f, dict))
-        console.out.print(f"  input {i}: {source.get('format')} {files} "
-                          f"({_count(source.get('records'))} records)")
-    if m.rejects:
-        console.out.print(console.table("rejects", ["reason", "rows"],
-                                        [[k, f"{v:,}"] for k, v in m.rejects.items()]))
     from spr_data import render
+    from spr_data.info import dataset_info
 
-    for item in render.records("sample rows", rows, width=console.out.width):
-        console.out.print(item)
+    described = dataset_info(dataset, samples=samples, random=random, seed=seed,
+                             reader=_reader(retries, None))
+    if as_json:
+        console.print_json(described.to_json())
+    else:
+        render.show_info(described)
 
 
 @app.command()
@@ -697,6 +554,7 @@ def verify(
     as_json: JsonOption = False,
 ) -> None:
     """Re-hash every shard and check rows, bytes, schema and the id partition; exit 1 if not."""
+    from spr_data import render
     from spr_data.verify import verify_dataset
 
     report = verify_dataset(dataset, reader=_reader(retries, None))
@@ -706,13 +564,8 @@ def verify(
             data |= _json_failure(f"{dataset} does not match its manifest",
                                   report.all_problems())
         console.print_json(data)
-    elif report.ok:
-        rejected = report.rejects.rows if report.rejects else 0
-        console.out.print(f"[green]ok[/] {dataset}: {report.shards} shard(s), {report.rows:,} "
-                          f"rows and {rejected:,} rejects match the manifest")
     else:
-        for problem in report.all_problems():
-            console.print_error(problem)
+        render.show_verify(report, dataset)
     if not report.ok:
         raise typer.Exit(1)
 
@@ -731,11 +584,6 @@ def demo(
     result = run_demo(out, say=None if as_json else console.out.print)
     if as_json:
         console.print_json(result)
-
-
-def _printable(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: (v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else v)
-            for k, v in row.items()}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,5 +1,6 @@
-"""How the CLI shows results to a person: values summarized to a line, and tables that fit
-the terminal or give way to a vertical layout.
+"""How the CLI shows results to a person: values summarized to a line, tables that fit the
+terminal or give way to a vertical layout, and each command's result (``show_*``, printed
+through :mod:`spr_data.console`).
 
 A rich table squeezed into 80 columns folds every cell into single letters (17 columns of a
 cleaned dataset, a list of 300 token ids, a reject's raw bytes). So nothing here lets rich
@@ -14,7 +15,8 @@ import io
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.cells import cell_len
@@ -22,12 +24,33 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from spr_data import console
+from spr_data.outdir import REJECTS_DIR
+
+if TYPE_CHECKING:
+    from spr_data.info import DatasetInfo
+    from spr_data.pipeline.audit import AuditReport
+    from spr_data.pipeline.clean import CleanReport
+    from spr_data.pipeline.ingest import IngestSummary
+    from spr_data.pipeline.tokenize import TokenizeReport
+    from spr_data.pipeline.train_tokenizer import TrainResult
+    from spr_data.verify import VerifyReport
+
 __all__ = [
     "Column",
+    "fertility_markdown",
     "fertility_tables",
     "fit",
     "grouped_warnings",
     "records",
+    "show_audit",
+    "show_clean",
+    "show_fertility",
+    "show_info",
+    "show_ingest",
+    "show_tokenize",
+    "show_trained_tokenizer",
+    "show_verify",
     "summarize",
     "table",
 ]
@@ -288,3 +311,179 @@ def grouped_warnings(report: dict[str, Any]) -> list[str]:
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' * (n != 1)}"
+
+
+# --- each command's result, as a person reads it ---------------------------------------------
+
+def show_ingest(summary: IngestSummary) -> None:
+    data = summary.to_json()
+    console.out.print(
+        f"[bold]{data['out']}[/]: {data['rows']:,} {data['kind']} rows "
+        f"({'-'.join(data['langs'])}) in {data['shards']} shard(s), {data['bytes']:,} bytes; "
+        f"{data['rejected']:,} of {data['records']:,} records rejected; "
+        f"{data['seconds']} s, {data['input_mb_per_s']} MB/s of input")
+    if summary.rejects:
+        console.out.print(console.table(None, ["reason", "rejected"],
+                                        [[k, f"{v:,}"] for k, v in summary.rejects.items()]))
+
+
+def show_clean(report: CleanReport, out: Path) -> None:
+    """The kept share, the waterfall of stages and warnings; ``out`` as the user named it."""
+    console.out.print(
+        f"[bold]{out}[/]: kept {report.rows_kept:,} of {report.rows_in:,} rows "
+        f"({report.rows_kept / max(report.rows_in, 1):.1%}); rejected {report.rows_rejected:,} "
+        f"→ {out / REJECTS_DIR}; {report.seconds:.1f} s")
+    rows = []
+    for stage in report.stages:
+        rows.append([stage["name"], f"{stage['rows_in']:,}", f"-{stage['removed']:,}",
+                     f"{stage['rows_out']:,}",
+                     ", ".join(f"{r} {n:,}" for r, n in sorted(
+                         stage["by_reason"].items(), key=lambda kv: -kv[1]))])
+    console.out.print(console.table("waterfall", ["stage", "in", "removed", "out", "reasons"],
+                                    rows))
+    if report.quarantine_not_found:
+        console.err.print(f"[yellow]warning:[/] {report.quarantine_not_found:,} quarantine id(s) "
+                          "are not rows of this dataset (ids of another dataset?)")
+    if report.align:
+        console.out.print(f"alignment threshold {report.align['threshold']:.3f} "
+                          f"(trained on {report.align['trained_on']:,} pairs); "
+                          f"details in {out / 'report.json'}")
+
+
+def show_tokenize(report: TokenizeReport, out: Path) -> None:
+    tokens = ", ".join(f"{name} {count:,}" for name, count in report.tokens.items())
+    console.out.print(f"[bold]{out}[/]: {report.rows:,} rows tokenized with "
+                      f"{report.tokenizer['name']} ({report.id_type} ids; {tokens} tokens); "
+                      f"{report.seconds:.1f} s")
+
+
+def show_fertility(report: dict[str, Any], *, json_file: Path | None) -> None:
+    """The tables on stdout; the warnings grouped on stderr, with where the full list is."""
+    for item in fertility_tables(report, width=console.out.width):
+        console.out.print(item)
+    for line in grouped_warnings(report):
+        console.warn(line)
+    if report["warnings"]:
+        where = f"in {json_file}" if json_file is not None else "with --json FILE"
+        console.err.print(f"{len(report['warnings'])} warning(s) in all, each listed {where}",
+                          style="dim", highlight=False, markup=False)
+
+
+def fertility_markdown(report: dict[str, Any]) -> str:
+    """The report's tables and every warning as Markdown (``--markdown FILE``)."""
+    lines = []
+    for title, columns, rows in fertility_rows(report):
+        lines += [f"### {title}", "", "| " + " | ".join(c.header for c in columns) + " |",
+                  "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(r) + " |" for r in rows] + [""]
+    lines += [f"- warning: {w}" for w in report["warnings"]]
+    return "\n".join(lines) + "\n"
+
+
+def show_trained_tokenizer(result: TrainResult, report: dict[str, Any] | None) -> None:
+    """What was trained, and its fertility by script on the held-out segments."""
+    console.out.print(f"[bold]{result.tokenizer_file}[/]: {result.kind}, "
+                      f"{result.vocab_size:,} tokens, "
+                      f"trained on {result.segments_fed:,} segments; sampling rates "
+                      + ", ".join(f"{g} ×{r:.2f}" for g, r in result.rates.items()))
+    if report is not None:
+        data = next(iter(report["tokenizers"].values()))
+        rows = [[script, f"{m['segments']:,}", f"{m['chars_per_token']:.2f}",
+                 f"{m['mark_split_rate']:.1%}", f"{m['char_share']:.1%}",
+                 f"{m['token_share']:.1%}"] for script, m in data["by_script"].items()]
+        columns = [Column("script"), Column("segments", "segs", "right"),
+                   Column("chars/token", "c/tok", "right"),
+                   Column("mark-split", "mark", "right"),
+                   Column("char share", "char%", "right"),
+                   Column("token share", "tok%", "right")]
+        for item in table("held-out fertility by script", columns, rows,
+                          width=console.out.width):
+            console.out.print(item)
+        for line in grouped_warnings(report):
+            console.warn(line)
+
+
+def show_audit(report: AuditReport, dataset: str) -> None:
+    """A line per check (its verdict and figures, then its problems), then the verdict."""
+    for name, check in report.checks.items():
+        mark = "[green]ok[/]  " if check["ok"] else "[red]FAIL[/]"
+        console.out.print(f"{mark} {name:<13} {_audit_figures(name, check)}", soft_wrap=True)
+        for problem in check.get("problems", []):
+            console.out.print(f"      {problem}", soft_wrap=True)
+    verdict = "[green]PASS[/]" if report.ok else "[red]FAIL[/]"
+    console.out.print(f"{verdict}: {dataset}")
+
+
+def _audit_figures(name: str, check: dict[str, Any]) -> str:
+    """One line of the figures behind an audit check's verdict."""
+    try:
+        return _figures(name, check)
+    except KeyError:  # the check could not run: its problems say why
+        return ""
+
+
+def _figures(name: str, check: dict[str, Any]) -> str:
+    if name == "integrity":
+        return f"{check['rows']:,} rows verified in {check['shards']} shards"
+    if name == "accounting":
+        return " ← ".join(f"{s['stage']} {s['rows_in']:,} in = {s['kept']:,} kept + "
+                          f"{s['rejected']:,} rejected" for s in check["stages"])
+    if name == "content":
+        return f"{check['distinct_content']:,} distinct of {check['rows']:,} rows"
+    if name in ("epoch_replay", "ids_log"):
+        parts = []
+        for e in check["epochs"]:
+            text = (f"epoch {e['epoch']}: {e['distinct_rows']:,} distinct, "
+                    f"{e['repeats']:,} repeats, {e['missed']:,} missed")
+            if "batches_per_rank" in e:
+                per_rank = sorted(set(e["batches_per_rank"]))
+                text += f", {'/'.join(map(str, per_rank))} batches per rank"
+            parts.append(text)
+        return "; ".join(parts)
+    return ""
+
+
+def show_info(info: DatasetInfo) -> None:
+    """The manifest's figures, the lineage (parent, inputs), rejects and the sample rows."""
+    ds = info.dataset
+    m = ds.manifest
+    lineage = m.lineage
+    console.out.print(f"[bold]{ds.path}[/]  {m.kind} {m.role} ({'-'.join(m.langs)})")
+    console.out.print(f"rows {m.rows:,} of {m.rows_in:,} in, {len(m.shards)} shard(s), "
+                      f"{m.bytes:,} bytes; columns: {', '.join(f.name for f in m.schema)}")
+    console.out.print(f"made by {lineage.get('stage', '?')} (spr-data "
+                      f"{lineage.get('version', '?')}) at {lineage.get('created', '?')}")
+    parent = lineage.get("parent")
+    if isinstance(parent, dict):
+        console.out.print(f"  from {parent.get('path')} ({_number(parent.get('rows'))} rows); "
+                          f"recipe {lineage.get('recipe_hash', '?')}")
+    inputs = lineage.get("inputs")
+    for i, source in enumerate(inputs if isinstance(inputs, list) else []):
+        if not isinstance(source, dict):
+            continue
+        listed = source.get("files")
+        files = ", ".join(str(f.get("path")) for f in (listed if isinstance(listed, list) else [])
+                          if isinstance(f, dict))
+        console.out.print(f"  input {i}: {source.get('format')} {files} "
+                          f"({_number(source.get('records'))} records)")
+    if m.rejects:
+        console.out.print(console.table("rejects", ["reason", "rows"],
+                                        [[k, f"{v:,}"] for k, v in m.rejects.items()]))
+    for item in records("sample rows", info.samples, width=console.out.width):
+        console.out.print(item)
+
+
+def _number(value: object) -> str:
+    """A count from a manifest's (untyped) lineage: ``1,234``, or ``?`` when it is not one."""
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else "?"
+
+
+def show_verify(report: VerifyReport, dataset: str) -> None:
+    """One line when the dataset matches its manifest; else each problem as an error line."""
+    if report.ok:
+        rejected = report.rejects.rows if report.rejects else 0
+        console.out.print(f"[green]ok[/] {dataset}: {report.shards} shard(s), {report.rows:,} "
+                          f"rows and {rejected:,} rejects match the manifest")
+    else:
+        for problem in report.all_problems():
+            console.print_error(problem)

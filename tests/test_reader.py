@@ -243,7 +243,7 @@ def test_tokenizer_training_through_faults_gives_the_same_model(multi30k: Path,
 
 def test_ingest_of_raw_inputs_survives_nas_faults(corpora: Path, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch):
-    from spr_data.pipeline import sources
+    from spr_data.pipeline.sources import base as sources  # where raw files are opened
 
     base = corpora / "parallel/multi30k"
     inputs = [base / "train.en.gz", base / "train.de.gz"]

@@ -41,7 +41,8 @@ from spr_data.reader import ReaderOptions
 #: ``on_progress(phase, done, total)``; total None while unknown.
 Progress = Callable[[str, int, int | None], None]
 
-__all__ = ["KINDS", "MARK_AWARE_PATTERN", "TrainResult", "iter_segments", "train_tokenizer"]
+__all__ = ["KINDS", "MARK_AWARE_PATTERN", "TrainResult", "held_out_report", "iter_segments",
+           "train_tokenizer"]
 
 KINDS = ("sentencepiece-unigram", "sentencepiece-bpe", "bpe", "byte-bpe")
 
@@ -218,6 +219,27 @@ def train_tokenizer(
             raise OutputError(os_error_message(exc, out)) from exc
         finally:  # whatever ended the run (an interrupt too): its temp files go
             _remove_run_temps(out)
+
+
+def held_out_report(result: TrainResult,
+                    on_progress: Progress | None = None) -> dict[str, Any] | None:
+    """The fertility report of the trained tokenizer on the segments held out of its training
+    (one input per language), or None when none were held out; ``on_progress`` hears it as
+    the ``held-out report`` phase."""
+    from spr_data.pipeline.fertility import TextSource, fertility_report
+    from spr_data.tokenizers import load_tokenizer
+
+    progress = on_progress or (lambda p, d, t: None)
+    progress("held-out report", 0, len(result.held_out))
+    by_lang: dict[str, list[str]] = {}
+    for text, lang in result.held_out:
+        by_lang.setdefault(lang, []).append(text)
+    sources = [TextSource(f"held-out:{lang}", None if lang == "und" else lang, texts)
+               for lang, texts in by_lang.items()]
+    report = fertility_report(sources, [load_tokenizer(str(result.tokenizer_file))]) \
+        if sources else None
+    progress("held-out report", len(result.held_out), len(result.held_out))
+    return report
 
 
 def _remove_run_temps(out: Path) -> None:

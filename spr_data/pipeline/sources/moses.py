@@ -1,0 +1,69 @@
+"""Moses: two line-aligned files (``train.en``, ``train.de``), one sentence per line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import ClassVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spr_data.errors import InputError
+from spr_data.pipeline.sources.base import (
+    RecordChunk,
+    Source,
+    decode,
+    has_nul,
+    is_empty,
+    iter_line_blocks,
+    mark,
+)
+from spr_data.schema import Kind
+
+
+class MosesSource(Source):
+    """Two line-aligned files, one sentence per line; their line counts must match."""
+
+    format = "moses"
+    fixed_kind: ClassVar[Kind | None] = "parallel"
+    files_per_source: ClassVar[int] = 2
+
+    def chunks(self, on_bytes: Callable[[int], None] | None = None) -> Iterator[RecordChunk]:
+        src_file, tgt_file = self.files
+        src_blocks = iter_line_blocks(src_file, on_bytes)
+        tgt_blocks = iter_line_blocks(tgt_file, on_bytes)
+        src: pa.Array | None = None
+        tgt: pa.Array | None = None
+        line = 1
+        while True:
+            if src is None or len(src) == 0:
+                src = next(src_blocks, None)
+            if tgt is None or len(tgt) == 0:
+                tgt = next(tgt_blocks, None)
+            if src is None or tgt is None:
+                for _ in src_blocks if src is not None else tgt_blocks:
+                    pass  # count the longer file's lines for the error message
+                if src is not None or tgt is not None:
+                    raise InputError(
+                        f"Moses pair has different line counts: {src_file.path} has "
+                        f"{src_file.lines} lines, {tgt_file.path} has {tgt_file.lines}; "
+                        "the two files must be line-aligned"
+                    )
+                return
+            n = min(len(src), len(tgt))
+            s_lines, t_lines = src.slice(0, n), tgt.slice(0, n)
+            src, tgt = src.slice(n), tgt.slice(n)
+            codes = np.full(n, -1, dtype=np.int8)
+            s_text, t_text = decode(s_lines, codes), decode(t_lines, codes)
+            mark(codes, has_nul(s_text) | has_nul(t_text), "nul_byte")
+            s_empty, t_empty = is_empty(s_text), is_empty(t_text)
+            mark(codes, s_empty & t_empty, "empty_line")
+            mark(codes, s_empty | t_empty, "empty_field")
+
+            def raw(mask: np.ndarray, s: pa.Array = s_lines, t: pa.Array = t_lines) -> pa.Array:
+                m = pa.array(mask)
+                return pc.binary_join_element_wise(s.filter(m), t.filter(m), b"\n")
+
+            yield RecordChunk(line, codes, [s_text, t_text], raw)
+            line += n

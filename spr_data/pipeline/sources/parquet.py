@@ -1,0 +1,127 @@
+"""Parquet: the chosen columns (names or 0-based indices) hold the text."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+
+from spr_data.errors import InputError
+from spr_data.pipeline.sources.base import (
+    InputFile,
+    RecordChunk,
+    Selection,
+    Source,
+    bools,
+    has_nul,
+    is_empty,
+    is_utf8_name,
+    mark,
+    open_stream,
+    path_text,
+    read_block,
+)
+from spr_data.reader import is_network_path
+from spr_data.schema import Kind
+
+
+class ParquetSource(Source):
+    """A Parquet file; the chosen columns (names or 0-based indices) hold the text."""
+
+    format = "parquet"
+    extensions: ClassVar[tuple[str, ...]] = (".parquet",)
+
+    def __init__(self, files: list[InputFile], kind: Kind, columns: Sequence[str],
+                 fallbacks: Sequence[Sequence[str]] = ()) -> None:
+        """``fallbacks``: other candidate columns, used when the file lacks ``columns``."""
+        super().__init__(files, kind)
+        self.columns = tuple(columns)
+        self._fallbacks = [tuple(c) for c in fallbacks]
+
+    @classmethod
+    def from_plan(cls, files: list[InputFile], kind: Kind, selection: Selection) -> Source:
+        """``--columns`` as given; else the first candidate columns the file has."""
+        if selection.columns:
+            return cls(files, kind, selection.columns)
+        return cls(files, kind, selection.candidates[0], selection.candidates[1:])
+
+    def options(self) -> dict[str, Any]:
+        return {"columns": list(self.columns)}
+
+    def chunks(self, on_bytes: Callable[[int], None] | None = None) -> Iterator[RecordChunk]:
+        record = self.files[0]
+        with open_stream(record, on_bytes) as stream:  # hash the file, in bounded reads
+            while read_block(stream, record):
+                pass
+        with _parquet_file(record.path) as pf:
+            yield from self._batches(pf, record)
+
+    def _batches(self, pf: Any, record: InputFile) -> Iterator[RecordChunk]:
+        names = self._resolve(pf.schema_arrow)
+        line = 1
+        for batch in pf.iter_batches(batch_size=65536, columns=names):
+            n = batch.num_rows
+            codes = np.full(n, -1, dtype=np.int8)
+            fields = []
+            for name in names:
+                col = batch.column(name)
+                mark(codes, bools(col.is_null()), "null_field")
+                col = col.cast(pa.string()).fill_null("")
+                fields.append(col)
+            for f in fields:
+                mark(codes, has_nul(f), "nul_byte")
+            for f in fields:
+                mark(codes, is_empty(f), "empty_field")
+
+            def raw(mask: np.ndarray, b: pa.RecordBatch = batch) -> pa.Array:
+                rows = b.select(names).filter(pa.array(mask)).to_pylist()
+                return pa.array([json.dumps(r, ensure_ascii=False).encode() for r in rows],
+                                pa.binary())
+
+            record.lines += n
+            yield RecordChunk(line, codes, fields, raw)
+            line += n
+
+    def _resolve(self, schema: pa.Schema) -> list[str]:
+        for candidate in self._fallbacks:
+            if not all(c in schema.names for c in self.columns) \
+                    and all(c in schema.names for c in candidate):
+                self.columns = candidate
+        self._fallbacks = []
+        names = []
+        for c in self.columns:
+            name = schema.names[int(c)] if c.isdigit() and int(c) < len(schema.names) else c
+            if name not in schema.names:
+                raise InputError(f"{self.files[0].path} has no column {c!r}; it has: "
+                                 f"{', '.join(schema.names)}")
+            t = schema.field(name).type
+            if not (pa.types.is_string(t) or pa.types.is_large_string(t)
+                    or pa.types.is_string_view(t)):
+                raise InputError(f"{self.files[0].path}: column {name!r} is {t}, expected a "
+                                 "string column; choose text columns with --columns")
+            names.append(name)
+        return names
+
+
+@contextmanager
+def _parquet_file(path: Path) -> Iterator[Any]:
+    """The Parquet file at ``path``: memory-mapped when local; read through a Python file when
+    its name is not UTF-8, which Arrow cannot open by name."""
+    import pyarrow.parquet as pq
+
+    handle = None if is_utf8_name(path) else open(path, "rb")  # noqa: SIM115 (closed below)
+    try:
+        try:
+            pf = pq.ParquetFile(handle if handle is not None else str(path),
+                                memory_map=handle is None and not is_network_path(path))
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise InputError(f"{path_text(path)} is not a readable Parquet file: {exc}") from exc
+        yield pf
+    finally:
+        if handle is not None:
+            handle.close()

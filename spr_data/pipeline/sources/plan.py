@@ -1,0 +1,223 @@
+"""Planning an ingest: the inputs' formats (by name, or as given), the corpus's kind, and its
+languages (given, or read from the file names), and one :class:`Source` per input.
+
+A format is registered in :data:`SOURCES`: its module holds the ``Source`` subclass, which
+declares its name endings, its fixed kind (if any) and how it takes ``--columns``/``--keys``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from spr_data.errors import InputError
+from spr_data.langcodes import check_lang
+from spr_data.pipeline.sources.base import COMPRESSIONS, InputFile, Selection, Source
+from spr_data.pipeline.sources.jsonl import JsonlSource
+from spr_data.pipeline.sources.moses import MosesSource
+from spr_data.pipeline.sources.parquet import ParquetSource
+from spr_data.pipeline.sources.text import TextSource
+from spr_data.pipeline.sources.tsv import TsvSource
+from spr_data.reader import RetryPolicy
+from spr_data.schema import Kind
+
+#: The input formats, by the name ``--format`` takes: a new format is its module and a line here.
+SOURCES: dict[str, type[Source]] = {
+    "tsv": TsvSource,
+    "moses": MosesSource,
+    "jsonl": JsonlSource,
+    "parquet": ParquetSource,
+    "text": TextSource,
+}
+FORMATS = tuple(SOURCES)
+
+_EXTENSIONS = {ext: fmt for fmt, cls in SOURCES.items() for ext in cls.extensions}
+
+_LANG = r"[a-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})?"
+_LANG_SUFFIX = re.compile(rf"^{_LANG}$")
+#: suffixes that name a side of a pair, not its language (though each is an ISO 639-3 code:
+#: labelling rows "src" would make clean expect Logudorese Sardinian)
+_SIDE_SUFFIXES = {"src", "tgt", "trg"}
+_LANG_PAIR_IN_NAME = re.compile(r"(?:^|[._-])([a-z]{2,3})-([a-z]{2,3})(?=[._]|$)")
+
+
+@dataclass
+class SourcePlan:
+    """The sources of one ingest call and what they imply about the dataset."""
+
+    sources: list[Source]
+    kind: Kind
+    langs: list[str]
+
+
+def _strip_compression(path: Path) -> str:
+    name = path.name
+    suffix = path.suffix.lower()
+    return name[: -len(suffix)] if suffix in COMPRESSIONS else name
+
+
+def _format_of(path: Path) -> str | None:
+    return _EXTENSIONS.get(Path(_strip_compression(path)).suffix.lower())
+
+
+def _moses_langs(a: Path, b: Path) -> tuple[str, str] | None:
+    """``train.en`` + ``train.de`` → ``("en", "de")``; None when the names do not pair up."""
+    sa, sb = Path(_strip_compression(a)), Path(_strip_compression(b))
+    la, lb = sa.suffix[1:], sb.suffix[1:]
+    if sa.stem == sb.stem and la != lb and _LANG_SUFFIX.match(la) and _LANG_SUFFIX.match(lb):
+        return la, lb
+    return None
+
+
+def _check_langs_fit_names(langs: Sequence[str] | None, files: Sequence[Path],
+                           names: tuple[str, str]) -> None:
+    """Refuse ``--langs`` that swaps a Moses pair's suffix languages: the first file is always
+    the source, so ``q.en q.de --langs de-en`` would store English labelled ``de``."""
+    if langs is None or len(langs) != 2:
+        return
+    for side in (0, 1):
+        own, other = names[side], names[1 - side]
+        if _lang_closeness(langs[side], other) > _lang_closeness(langs[side], own):
+            raise InputError(
+                f"--langs {','.join(langs)} contradicts the file names: {files[0]} (the source) "
+                f"says {names[0]} and {files[1]} (the target) says {names[1]}; pass --langs "
+                f"{names[0]},{names[1]}, or list the files in the order of --langs"
+            )
+
+
+def _lang_closeness(a: str, b: str) -> int:
+    """2: the same code; 1: the same base language (``zh-CN``, ``zh``); 0: different.
+    Different codes are not a contradiction (``--langs en-de`` for ``train.eng train.deu``)."""
+    a, b = a.lower().replace("_", "-"), b.lower().replace("_", "-")
+    if a == b:
+        return 2
+    return int(a.split("-")[0] == b.split("-")[0])
+
+
+def langs_from_name(path: Path, kind: Kind) -> list[str] | None:
+    stem = _strip_compression(path)
+    if kind == "parallel":
+        m = _LANG_PAIR_IN_NAME.search(stem)
+        return [m.group(1), m.group(2)] if m else None
+    suffix = Path(Path(stem).stem).suffix[1:] if _format_of(path) else Path(stem).suffix[1:]
+    return [suffix] if suffix and _LANG_SUFFIX.match(suffix) else None
+
+
+def parse_langs(text: str) -> list[str]:
+    """``"en-de"`` or ``"en,zh-CN"`` → a list of two codes, each checked
+    (:func:`spr_data.langcodes.check_lang`: a typo is refused with what it may have meant)."""
+    parts = [p.strip() for p in text.split(",")] if "," in text else text.split("-")
+    if len(parts) != 2 or not all(parts):
+        raise InputError(f"--langs {text!r} should be SRC-TGT (e.g. en-de) or SRC,TGT "
+                         "(e.g. en,zh-CN or en,sr-Latn-RS)")
+    return [check_lang(p, where=f"--langs {text}") for p in parts]
+
+
+def plan_sources(
+    inputs: Sequence[str | Path],
+    *,
+    format: str | None = None,
+    langs: Sequence[str] | None = None,
+    columns: Sequence[str] | None = None,
+    keys: Sequence[str] | None = None,
+    retry: RetryPolicy | None = None,
+) -> SourcePlan:
+    """Check the inputs exist, detect their formats, and decide the dataset's kind and langs.
+
+    ``langs`` with one code means a mono corpus, with two a parallel one. Without it, the kind
+    follows from the format and the number of columns or keys.
+    """
+    if not inputs:
+        raise InputError("no input files given")
+    if format is not None and format not in FORMATS:
+        raise InputError(f"--format {format!r} is not one of {', '.join(FORMATS)}")
+    paths = [Path(p) for p in inputs]
+    for p in paths:
+        if not p.exists():
+            raise InputError(f"input file {p} does not exist")
+        if not p.is_file():
+            raise InputError(f"input {p} is not a regular file")
+    kind: Kind | None = None
+    if langs is not None:
+        if len(langs) not in (1, 2):
+            raise InputError(f"expected one language (mono) or two (parallel), got {list(langs)}")
+        kind = "parallel" if len(langs) == 2 else "mono"
+        option = "--langs " + ",".join(langs) if len(langs) == 2 else "--lang"
+        langs = [check_lang(code, where=option) for code in langs]
+    width = len(columns) if columns else len(keys) if keys else None
+    if width is not None and width not in (1, 2):
+        raise InputError("choose one column/key (mono) or two (source and target)")
+    if width is not None:
+        width_kind: Kind = "parallel" if width == 2 else "mono"
+        if kind is not None and kind != width_kind:
+            raise InputError(f"{len(langs or [])} language(s) given but {width} column(s)/key(s)")
+        kind = width_kind
+
+    groups: list[tuple[str, list[Path]]] = []
+    if format is not None:
+        n = SOURCES[format].files_per_source
+        if len(paths) % n:
+            raise InputError(f"--format {format} takes the files in pairs: SRC TGT [SRC TGT ...]")
+        groups = [(format, paths[i:i + n]) for i in range(0, len(paths), n)]
+    else:
+        i = 0
+        while i < len(paths):
+            fmt = _format_of(paths[i])
+            if fmt is None and i + 1 < len(paths) and _moses_langs(paths[i], paths[i + 1]):
+                groups.append(("moses", paths[i:i + 2]))
+                i += 2
+                continue
+            if fmt is None:
+                raise InputError(
+                    f"cannot tell the format of {paths[i]} from its name; pass --format "
+                    f"{'|'.join(FORMATS)} (a Moses pair is two files such as train.en train.de)"
+                )
+            groups.append((fmt, [paths[i]]))
+            i += 1
+
+    def kind_of(fmt: str) -> Kind:
+        return SOURCES[fmt].fixed_kind or kind or "parallel"
+
+    kinds = {kind_of(fmt) for fmt, _ in groups}
+    if len(kinds) > 1 or (kind is not None and kinds != {kind}):
+        raise InputError("inputs mix parallel and mono corpora: "
+                         + ", ".join(f"{ps[0]} ({kind_of(f)})" for f, ps in groups))
+    final_kind = kinds.pop()
+    text_names = ["src", "tgt"] if final_kind == "parallel" else ["text"]
+
+    sources: list[Source] = []
+    guessed: set[tuple[str, ...]] = set()
+    for fmt, ps in groups:
+        files = [InputFile(p, size=p.stat().st_size, retry=retry) for p in ps]
+        candidates: list[list[str]] = []
+        if len(ps) == 2:  # a Moses pair: each name's suffix gives one side's language
+            pair = _moses_langs(ps[0], ps[1])
+            if pair:
+                guessed.add(pair)
+                _check_langs_fit_names(langs, ps, pair)
+        else:
+            found = langs_from_name(ps[0], final_kind)
+            if found:
+                guessed.add(tuple(found))
+            # JSONL keys and Parquet columns: named as chosen, else the languages (given, or
+            # from the file name: pairs.en-bn.jsonl holds "en" and "bn"), else src/tgt (text)
+            lang_keys = list(langs) if langs else found
+            candidates = [k for k in (lang_keys, text_names) if k and len(k) == len(text_names)]
+            candidates = [k for i, k in enumerate(candidates) if k not in candidates[:i]]
+        selection = Selection(columns=columns, keys=keys, candidates=candidates)
+        sources.append(SOURCES[fmt].from_plan(files, final_kind, selection))
+
+    if langs is not None:
+        final_langs = list(langs)
+    elif len(guessed) == 1:
+        final_langs = list(guessed.pop())
+        if set(final_langs) <= _SIDE_SUFFIXES:  # train.src + train.tgt: sides, no languages
+            final_langs = ["und"] * len(final_langs)
+        for code in final_langs:  # a name such as train.ge: refuse it rather than label rows
+            check_lang(code, where=f"{paths[0].name} (the language its name gives; pass "
+                                   f"--lang{'s' if len(final_langs) == 2 else ''} to set it)")
+    else:
+        final_langs = ["und"] * len(text_names)
+    return SourcePlan(sources, final_kind, final_langs)

@@ -1,0 +1,92 @@
+"""TSV: tab-separated fields, quotes literal; the first line fixes the field count."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow.compute as pc
+
+from spr_data.errors import InputError
+from spr_data.pipeline.sources.base import (
+    InputFile,
+    RecordChunk,
+    Selection,
+    Source,
+    decode,
+    has_nul,
+    ints,
+    is_empty,
+    iter_line_blocks,
+    mark,
+    take_raw,
+)
+from spr_data.schema import Kind
+
+
+class TsvSource(Source):
+    """Tab-separated fields; quotes are literal text. The first line fixes the field count."""
+
+    format = "tsv"
+    extensions: ClassVar[tuple[str, ...]] = (".tsv",)
+
+    def __init__(self, files: list[InputFile], kind: Kind, columns: Sequence[int]) -> None:
+        super().__init__(files, kind)
+        self.columns = tuple(columns)
+        self.expected_fields: int | None = None
+
+    @classmethod
+    def from_plan(cls, files: list[InputFile], kind: Kind, selection: Selection) -> Source:
+        """``--columns`` as 0-based numbers; by default the first one (mono) or two."""
+        columns = selection.columns
+        cols = _int_columns(columns) if columns else list(range(2 if kind == "parallel" else 1))
+        return cls(files, kind, cols)
+
+    def options(self) -> dict[str, Any]:
+        return {"columns": list(self.columns), "fields": self.expected_fields}
+
+    def chunks(self, on_bytes: Callable[[int], None] | None = None) -> Iterator[RecordChunk]:
+        line = 1
+        needed = max(self.columns) + 1
+        seen_text = False
+        for lines in iter_line_blocks(self.files[0], on_bytes):
+            codes = np.full(len(lines), -1, dtype=np.int8)
+            text = decode(lines, codes)
+            mark(codes, has_nul(text), "nul_byte")
+            mark(codes, is_empty(text), "empty_line")
+            if self.expected_fields is None:
+                nfields = ints(pc.count_substring(text, "\t")) + 1
+                candidates = np.flatnonzero((codes < 0) & (nfields >= needed))
+                if len(candidates):
+                    self.expected_fields = int(nfields[candidates[0]])
+            expected = self.expected_fields or needed
+            # split at most `expected` times: a line with more fields shows as expected + 1
+            parts = pc.split_pattern(text, pattern="\t", max_splits=expected)
+            nfields = ints(pc.list_value_length(parts))
+            mark(codes, nfields != expected, "tsv_field_count")
+            if (nfields < needed).any():  # pad short lines so that every column exists
+                padded = pc.binary_join_element_wise(text, "\t" * needed, "")
+                parts = pc.split_pattern(padded, pattern="\t", max_splits=expected)
+            fields = [pc.list_element(parts, c) for c in self.columns]
+            for f in fields:
+                mark(codes, is_empty(f), "empty_field")
+            yield RecordChunk(line, codes, fields, take_raw(lines))
+            line += len(lines)
+            seen_text = seen_text or bool((pc.binary_length(text).to_numpy() > 0).any())
+        if self.expected_fields is None and seen_text:
+            raise InputError(
+                f"no line of {self.files[0].path} has the {needed} tab-separated fields that "
+                f"--columns {','.join(map(str, self.columns))} needs (0-based); "
+                "check the file's format or choose other --columns"
+            )
+
+
+def _int_columns(columns: Sequence[str]) -> list[int]:
+    try:
+        cols = [int(c) for c in columns]
+    except ValueError:
+        raise InputError(f"TSV --columns take 0-based numbers, got {','.join(columns)}") from None
+    if any(c < 0 for c in cols):
+        raise InputError(f"TSV --columns must not be negative, got {','.join(columns)}")
+    return cols
