@@ -37,8 +37,8 @@ R = TypeVar("R")
 
 ROWS, SHARD_ROWS = 5000, 1000  # five input shards: five tasks per step, spread over two nodes
 #: run metadata that differs between any two runs (clocks, worker counts, where it ran)
-VOLATILE = {"seconds", "train_seconds", "score_seconds", "timings", "workers", "created", "resumed_shards",
-            "out"}
+VOLATILE = {"seconds", "train_seconds", "score_seconds", "timings", "workers", "created",
+            "resumed_shards", "out"}
 
 
 @pytest.fixture(scope="module")
