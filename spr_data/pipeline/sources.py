@@ -16,6 +16,7 @@ import json
 import lzma
 import os
 import re
+import urllib.parse
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -29,7 +30,15 @@ import pyarrow.compute as pc
 
 from spr_data.errors import InputError, SprDataError
 from spr_data.langcodes import check_lang
-from spr_data.reader import LocalFileSystem, RetryingFile, RetryPolicy, is_network_path
+from spr_data.reader import (
+    LocalFileSystem,
+    RetryingFile,
+    RetryPolicy,
+    file_size,
+    filesystem_for,
+    is_network_path,
+    is_url,
+)
 from spr_data.schema import Kind
 
 __all__ = [
@@ -92,7 +101,10 @@ class RecordChunk:
 
 @dataclass
 class InputFile:
-    """A raw input file: its size, and the hash and byte count of what was read of it."""
+    """A raw input file: its size, and the hash and byte count of what was read of it.
+
+    ``path`` gives its name (format, compression, languages); ``url``, when set, is where it
+    is read from (``s3://bucket/key``: ``path`` is then the URL's path)."""
 
     path: Path
     size: int = 0
@@ -101,13 +113,25 @@ class InputFile:
     #: how reads of it are retried (a file on a NAS); None: the default policy
     retry: RetryPolicy | None = None
     _hash: Any = field(default_factory=hashlib.sha256, repr=False)
+    url: str | None = None
 
     @property
     def compression(self) -> str | None:
         return COMPRESSIONS.get(self.path.suffix.lower())
 
+    @property
+    def where(self) -> str:
+        """The file as messages and the lineage name it: its URL, or its path."""
+        return self.url if self.url is not None else path_text(self.path)
+
+    def open_raw(self) -> RetryingFile:
+        """A retrying reader of the file's bytes (the size planned: an early EOF is a fault)."""
+        fs = filesystem_for(self.url) if self.url is not None else LocalFileSystem()
+        return RetryingFile(fs, self.url if self.url is not None else str(self.path),
+                            size=self.size, policy=self.retry)
+
     def lineage(self) -> dict[str, Any]:
-        return {"path": path_text(self.path), "bytes": self.size, "sha256": self._hash.hexdigest(),
+        return {"path": self.where, "bytes": self.size, "sha256": self._hash.hexdigest(),
                 "compression": self.compression}
 
 
@@ -153,8 +177,9 @@ class _TrackedReader(io.RawIOBase):
 def _open_stream(record: InputFile, on_bytes: Callable[[int], None] | None) -> BinaryIO:
     # every read retried if transient, and an early EOF (the file is shorter than its size
     # when planned) is a fault to retry, not the end of the corpus
-    raw = RetryingFile(LocalFileSystem(), str(record.path), size=record.size,
-                       policy=record.retry)
+    raw: Any = record.open_raw()
+    if record.url is not None:  # decompressors read 8 KiB at a time: one request each
+        raw = io.BufferedReader(raw, buffer_size=BLOCK_BYTES)
     tracked = _TrackedReader(raw, record, on_bytes)
     kind = record.compression
     if kind == "gzip":
@@ -167,7 +192,7 @@ def _open_stream(record: InputFile, on_bytes: Callable[[int], None] | None) -> B
         # pyarrow's stream reads concatenated frames (``cat a.zst b.zst``) in bounded memory
         # and fails on a truncated frame (zstandard's stream_reader would stop silently)
         if not pa.Codec.is_available("zstd"):
-            raise InputError(f"{record.path} is zstd-compressed, but this pyarrow was built "
+            raise InputError(f"{record.where} is zstd-compressed, but this pyarrow was built "
                              "without zstd; install pyarrow's wheel from PyPI")
         return pa.CompressedInputStream(tracked, "zstd")  # type: ignore[no-any-return]
     return io.BufferedReader(tracked, buffer_size=1 << 20)  # type: ignore[return-value]
@@ -183,7 +208,7 @@ def _read(stream: BinaryIO, record: InputFile) -> bytes:
         raise _damaged(record, "corrupt", exc) from exc
     except OSError as exc:
         if record.compression is None or exc.errno is not None:
-            raise SprDataError(f"cannot read {record.path}: {exc.strerror or exc}") from exc
+            raise SprDataError(f"cannot read {record.where}: {exc.strerror or exc}") from exc
         # pyarrow's zstd stream says "Truncated compressed stream" where gzip raises EOFError
         what = "truncated" if "truncated" in str(exc).lower() else "corrupt"
         raise _damaged(record, what, exc) from exc
@@ -191,7 +216,7 @@ def _read(stream: BinaryIO, record: InputFile) -> bytes:
 
 def _damaged(record: InputFile, what: str, exc: BaseException) -> InputError:
     """The one-line error for a damaged compressed file: which file, how, and what to do."""
-    return InputError(f"{record.path} is {what} ({record.compression}: {exc}); "
+    return InputError(f"{record.where} is {what} ({record.compression}: {exc}); "
                       "re-download or re-compress it")
 
 
@@ -232,7 +257,7 @@ def iter_line_blocks(
 def _refuse_cr_line_ends(head: bytes, record: InputFile) -> None:
     """A file whose lines end with CR alone (classic Mac) would read as one huge line."""
     if b"\n" not in head and head.count(b"\r") > 1:
-        raise InputError(f"{path_text(record.path)} ends its lines with CR alone, not LF or "
+        raise InputError(f"{record.where} ends its lines with CR alone, not LF or "
                          "CRLF; convert them first, e.g. tr '\\r' '\\n' < FILE > FIXED")
 
 
@@ -391,7 +416,7 @@ class TsvSource(Source):
             seen_text = seen_text or bool((pc.binary_length(text).to_numpy() > 0).any())
         if self.expected_fields is None and seen_text:
             raise InputError(
-                f"no line of {self.files[0].path} has the {needed} tab-separated fields that "
+                f"no line of {self.files[0].where} has the {needed} tab-separated fields that "
                 f"--columns {','.join(map(str, self.columns))} needs (0-based); "
                 "check the file's format or choose other --columns"
             )
@@ -419,8 +444,8 @@ class MosesSource(Source):
                     pass  # count the longer file's lines for the error message
                 if src is not None or tgt is not None:
                     raise InputError(
-                        f"Moses pair has different line counts: {src_file.path} has "
-                        f"{src_file.lines} lines, {tgt_file.path} has {tgt_file.lines}; "
+                        f"Moses pair has different line counts: {src_file.where} has "
+                        f"{src_file.lines} lines, {tgt_file.where} has {tgt_file.lines}; "
                         "the two files must be line-aligned"
                     )
                 return
@@ -552,7 +577,7 @@ class ParquetSource(Source):
         with _open_stream(record, on_bytes) as stream:  # hash the file, in bounded reads
             while _read(stream, record):
                 pass
-        with _parquet_file(record.path) as pf:
+        with _parquet_file(record) as pf:
             yield from self._batches(pf, record)
 
     def _batches(self, pf: Any, record: InputFile) -> Iterator[RecordChunk]:
@@ -591,30 +616,36 @@ class ParquetSource(Source):
         for c in self.columns:
             name = schema.names[int(c)] if c.isdigit() and int(c) < len(schema.names) else c
             if name not in schema.names:
-                raise InputError(f"{self.files[0].path} has no column {c!r}; it has: "
+                raise InputError(f"{self.files[0].where} has no column {c!r}; it has: "
                                  f"{', '.join(schema.names)}")
             t = schema.field(name).type
             if not (pa.types.is_string(t) or pa.types.is_large_string(t)
                     or pa.types.is_string_view(t)):
-                raise InputError(f"{self.files[0].path}: column {name!r} is {t}, expected a "
+                raise InputError(f"{self.files[0].where}: column {name!r} is {t}, expected a "
                                  "string column; choose text columns with --columns")
             names.append(name)
         return names
 
 
 @contextmanager
-def _parquet_file(path: Path) -> Iterator[Any]:
-    """The Parquet file at ``path``: memory-mapped when local; read through a Python file when
-    its name is not UTF-8, which Arrow cannot open by name."""
+def _parquet_file(record: InputFile) -> Iterator[Any]:
+    """The Parquet file of ``record``: memory-mapped when local; read through a Python file
+    when its name is not UTF-8, which Arrow cannot open by name, or through the retrying
+    reader when it is at a URL."""
     import pyarrow.parquet as pq
 
-    handle = None if is_utf8_name(path) else open(path, "rb")  # noqa: SIM115 (closed below)
+    path = record.path
+    handle: Any = None
+    if record.url is not None:
+        handle = record.open_raw()
+    elif not is_utf8_name(path):
+        handle = open(path, "rb")  # noqa: SIM115 (closed below)
     try:
         try:
             pf = pq.ParquetFile(handle if handle is not None else str(path),
                                 memory_map=handle is None and not is_network_path(path))
         except (pa.ArrowInvalid, OSError) as exc:
-            raise InputError(f"{path_text(path)} is not a readable Parquet file: {exc}") from exc
+            raise InputError(f"{record.where} is not a readable Parquet file: {exc}") from exc
         yield pf
     finally:
         if handle is not None:
@@ -649,7 +680,7 @@ def _moses_langs(a: Path, b: Path) -> tuple[str, str] | None:
     return None
 
 
-def _check_langs_fit_names(langs: Sequence[str] | None, files: Sequence[Path],
+def _check_langs_fit_names(langs: Sequence[str] | None, files: Sequence[str],
                            names: tuple[str, str]) -> None:
     """Refuse ``--langs`` that swaps a Moses pair's suffix languages: the first file is always
     the source, so ``q.en q.de --langs de-en`` would store English labelled ``de``."""
@@ -711,12 +742,29 @@ def plan_sources(
         raise InputError("no input files given")
     if format is not None and format not in FORMATS:
         raise InputError(f"--format {format!r} is not one of {', '.join(FORMATS)}")
-    paths = [Path(p) for p in inputs]
-    for p in paths:
+    # a URL input (s3://bucket/key, https://…) is named by its path, read from the URL
+    urls: dict[Path, str] = {}
+    sizes: dict[Path, int] = {}
+    paths = []
+    for item in inputs:
+        if is_url(item):
+            url = str(item)
+            name = Path("/" + urllib.parse.urlsplit(url).netloc
+                        + urllib.parse.unquote(urllib.parse.urlsplit(url).path))
+            urls[name] = url
+            sizes[name] = file_size(filesystem_for(url), url, retry)  # missing: one line
+            paths.append(name)
+            continue
+        p = Path(item)
         if not p.exists():
             raise InputError(f"input file {p} does not exist")
         if not p.is_file():
             raise InputError(f"input {p} is not a regular file")
+        paths.append(p)
+
+    def shown(p: Path) -> str:
+        return urls.get(p, str(p))
+
     kind: Kind | None = None
     if langs is not None:
         if len(langs) not in (1, 2):
@@ -750,7 +798,7 @@ def plan_sources(
                 continue
             if fmt is None:
                 raise InputError(
-                    f"cannot tell the format of {paths[i]} from its name; pass --format "
+                    f"cannot tell the format of {shown(paths[i])} from its name; pass --format "
                     f"{'|'.join(FORMATS)} (a Moses pair is two files such as train.en train.de)"
                 )
             groups.append((fmt, [paths[i]]))
@@ -766,19 +814,20 @@ def plan_sources(
     kinds = {kind_of(fmt) for fmt, _ in groups}
     if len(kinds) > 1 or (kind is not None and kinds != {kind}):
         raise InputError("inputs mix parallel and mono corpora: "
-                         + ", ".join(f"{ps[0]} ({kind_of(f)})" for f, ps in groups))
+                         + ", ".join(f"{shown(ps[0])} ({kind_of(f)})" for f, ps in groups))
     final_kind = kinds.pop()
     text_names = ["src", "tgt"] if final_kind == "parallel" else ["text"]
 
     sources: list[Source] = []
     guessed: set[tuple[str, ...]] = set()
     for fmt, ps in groups:
-        files = [InputFile(p, size=p.stat().st_size, retry=retry) for p in ps]
+        files = [InputFile(p, size=sizes[p] if p in urls else p.stat().st_size, retry=retry,
+                           url=urls.get(p)) for p in ps]
         if fmt == "moses":
             pair = _moses_langs(ps[0], ps[1])
             if pair:
                 guessed.add(pair)
-                _check_langs_fit_names(langs, ps, pair)
+                _check_langs_fit_names(langs, [shown(q) for q in ps], pair)
             sources.append(MosesSource(files, final_kind))
             continue
         found = langs_from_name(ps[0], final_kind)
@@ -800,7 +849,7 @@ def plan_sources(
                            ParquetSource(files, final_kind, candidates[0], candidates[1:]))
         else:
             if final_kind != "mono":
-                raise InputError(f"{ps[0]} is plain text, which makes a mono corpus; "
+                raise InputError(f"{shown(ps[0])} is plain text, which makes a mono corpus; "
                                  "pass --lang L rather than --langs")
             sources.append(TextSource(files, final_kind))
 
