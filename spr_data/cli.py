@@ -205,6 +205,9 @@ def _check_output_file(path: Path | None, option: str) -> None:
     """Refuse an output file that cannot be written before the work, not after it."""
     if path is None:
         return
+    from spr_data.reader import check_local_output
+
+    check_local_output(path, option)
     if path.is_dir():
         raise InputError(f"{option} {path} is a directory; give a file name")
     if not path.parent.is_dir():
@@ -239,7 +242,9 @@ def _split_list(text: str | None) -> list[str] | None:
 @app.command()
 @_reports_errors
 def ingest(
-    inputs: Annotated[list[Path], typer.Argument(help="Input files; a Moses pair is two files.")],
+    inputs: Annotated[list[str], typer.Argument(
+        help="Input files (paths, or URLs: s3://bucket/key, https://…); a Moses pair is two "
+        "files.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Dataset directory to write.")],
     format: Annotated[str | None, typer.Option(
         "--format", help="tsv|moses|jsonl|parquet|text (default: from the file names).")] = None,

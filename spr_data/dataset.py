@@ -36,10 +36,12 @@ from spr_data.reader import (
     ReaderOptions,
     RetryingFile,
     RetryPolicy,
+    check_no_credentials,
     check_size,
     fetch_verified,
     file_size,
     filesystem_for,
+    join_location,
     read_all,
 )
 from spr_data.schema import schema_mismatch
@@ -862,7 +864,7 @@ def _pad(flat: np.ndarray, lengths: np.ndarray, pad_id: int) -> tuple[np.ndarray
 
 
 def _join(location: str, name: str) -> str:
-    return f"{location.rstrip('/')}/{name}" if "://" in location else str(Path(location) / name)
+    return join_location(location, name)
 
 
 def _manifest_identity(path: Path, digest_of: tuple[int, int, int, int, str] | None = None,
@@ -907,6 +909,7 @@ def _check_shard_rows(where: str, shard: _Shard, info: ShardInfo) -> None:
 
 
 def _open(location: str, reader: ReaderOptions) -> Dataset:
+    check_no_credentials(location)
     fs = reader.filesystem or filesystem_for(location)
     remote = fs.is_network(location)
     if not remote:
@@ -939,8 +942,9 @@ def open_dataset(path: str | Path, *, filesystem: FileSystem | None = None,
                  retry: RetryPolicy | None = None, cache_dir: str | Path | None = None,
                  cache_limit: int | None = None, verify: str = "remote",
                  reader: ReaderOptions | None = None) -> Dataset:
-    """Open a dataset directory (a local path, a network mount or an ``http(s)://`` URL);
-    raises :class:`DatasetError` when it is not a valid one.
+    """Open a dataset directory (a local path, a network mount, an ``http(s)://`` URL or a
+    URL pyarrow reads: ``s3://bucket/path``, ``gs://``…); raises :class:`DatasetError` when it
+    is not a valid one.
 
     A local dataset is memory-mapped. One on a network filesystem is read through the
     retrying reader, never mapped: copied to ``cache_dir`` when given, else read whole, shard

@@ -13,6 +13,7 @@ from spr_data.dataset import open_dataset
 from spr_data.outdir import REJECTS_DIR
 from spr_data.pipeline.clean import clean
 from spr_data.pipeline.ingest import ingest
+from spr_data.reader import check_local_output
 from spr_data.verify import verify_dataset
 
 __all__ = ["demo_data_dir", "run_demo"]
@@ -30,6 +31,7 @@ def run_demo(
     happened. Without ``out`` the work happens in a temporary directory that is removed at
     the end (every run would otherwise leave one behind)."""
     if out is not None:
+        check_local_output(out)
         return _run_demo(Path(out), say=say, kept=True)
     root = Path(tempfile.mkdtemp(prefix="spr-data-demo-"))
     try:

@@ -24,6 +24,7 @@ from typing import Any
 
 from spr_data.errors import LockError, OutputError
 from spr_data.fsio import os_error_message
+from spr_data.reader import check_local_output
 
 __all__ = ["LOCK_NAME", "OutputLock", "holder_alive", "output_lock", "process_identity"]
 
@@ -149,6 +150,7 @@ def _make_dirs(out: Path) -> list[Path]:
 
 def acquire(out: Path, command: str) -> OutputLock:
     """Take the lock of ``out`` or raise ``LockError`` naming its holder."""
+    check_local_output(out)  # an s3://… --out would become a local directory "s3:"
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise OutputError(f"--out {out} is a file; choose a directory")

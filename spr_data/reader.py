@@ -53,12 +53,18 @@ __all__ = [
     "RetryPolicy",
     "RetryingFile",
     "TransientError",
+    "check_local_output",
+    "check_no_credentials",
     "check_size",
     "fetch_verified",
     "file_size",
     "filesystem_for",
     "is_network_path",
+    "is_url",
+    "join_location",
+    "location_name",
     "read_all",
+    "redact",
 ]
 
 log = logging.getLogger("spr_data.reader")
@@ -281,8 +287,8 @@ class HttpFileSystem:
 
 
 class _ArrowFile(io.RawIOBase):
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
+    def __init__(self, inner: Any, key: str) -> None:
+        self.inner, self.key = inner, key
 
     def readable(self) -> bool:
         return True
@@ -297,62 +303,223 @@ class _ArrowFile(io.RawIOBase):
         return int(self.inner.tell())
 
     def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        return _arrow_call(lambda: int(self.inner.readinto(buffer)))
+        return _arrow_call(lambda: int(self.inner.readinto(buffer)), self.key)
 
     def close(self) -> None:
         self.inner.close()
         super().close()
 
 
-def _arrow_call(call: Callable[[], _T]) -> _T:
-    """pyarrow's object-store clients raise a bare OSError for network faults (their own
-    retries exhausted): worth another attempt; a missing file or a refusal is not."""
+#: what pyarrow's object-store clients say (squashed: lower case, no spaces or underscores)
+#: for a missing bucket or object; for refused credentials; for an endpoint never reached
+_NOT_FOUND = ("doesnotexist", "nosuchkey", "nosuchbucket", "notfound", "httpstatus404")
+_DENIED = ("accessdenied", "forbidden", "invalidaccesskeyid", "signaturedoesnotmatch",
+           "expiredtoken", "invalidtoken", "unauthorized", "httpstatus401", "httpstatus403")
+_UNREACHABLE = ("couldnotconnect", "couldnotresolve", "curlcode:6,", "curlcode:7,",
+                "connectionrefused")
+
+
+def _arrow_call(call: Callable[[], _T], key: str, *, answers: bool = True) -> _T:
+    """pyarrow's object-store clients raise a bare OSError (their own retries exhausted):
+    a missing bucket or object and refused credentials are permanent; an endpoint that this
+    process never reached (nothing listening, a wrong host) fails at once like a refused
+    HTTP connection; any other network fault is worth another attempt. ``key`` names the
+    endpoint (see :func:`_arrow_key`); ``answers``: whether the call's success shows that the
+    endpoint answered (making a client needs no request when the URL names the endpoint)."""
     try:
-        return call()
+        result = call()
     except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError):
+        _REACHED.add(key)
         raise
     except OSError as exc:
-        text = str(exc).lower()
-        if any(m in text for m in ("does not exist", "nosuchkey", "not found", "404")):
-            raise FileNotFoundError(errno.ENOENT, str(exc)) from exc
-        if any(m in text for m in ("access denied", "accessdenied", "forbidden", "403")):
-            raise PermissionError(errno.EACCES, str(exc)) from exc
+        text = " ".join(str(exc).split())
+        squashed = re.sub(r"[\s_]", "", text.lower())
+        if any(m in squashed for m in _NOT_FOUND):
+            _REACHED.add(key)
+            raise FileNotFoundError(errno.ENOENT, text) from exc
+        if any(m in squashed for m in _DENIED):
+            _REACHED.add(key)
+            hint = ("; check the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+                    "AWS_SESSION_TOKEN or AWS_PROFILE)" if key.startswith("s3:") else "")
+            raise PermissionError(errno.EACCES, f"access denied ({text}){hint}") from exc
+        if exc.errno is None and key not in _REACHED \
+                and any(m in squashed for m in _UNREACHABLE):
+            detail = text.split("Details: ", 1)[-1]
+            where = (" (is it up? is AWS_ENDPOINT_URL or ?endpoint_override= right?)"
+                     if key.startswith("s3:") else "")
+            code = errno.EHOSTUNREACH if "resolve" in squashed else errno.ECONNREFUSED
+            # a ConnectionRefusedError is never retried (see _is_transient)
+            raise ConnectionRefusedError(code, f"cannot reach the endpoint{where}: {detail}") \
+                from exc
         if exc.errno is None:
-            raise TransientError(str(exc)) from exc
+            raise TransientError(text) from exc
         raise
+    if answers:
+        _REACHED.add(key)
+    return result
+
+
+#: object-store schemes whose paths are ``bucket/key``: one client serves every URL of an
+#: endpoint (with its query options), made once per process and reused
+_BUCKET_SCHEMES = ("s3", "gs", "gcs")
+_CLIENTS: dict[tuple[Any, ...], Any] = {}
+
+
+def _arrow_key(url: str) -> str:
+    """What identifies the server behind ``url`` (scheme, host or bucket, query options):
+    for the record of servers that answered before."""
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}?{parts.query}"
 
 
 class ArrowFileSystem:
     """URLs that pyarrow reads natively: ``s3://``, ``gs://``, ``hdfs://``, ``abfs://``,
     ``file://``. Their clients retry the network themselves; the ``RetryingFile`` on top adds
-    the size and hash checks, reopening and its own retries. Every URL counts as networked."""
+    the size and hash checks, reopening and its own retries. Every URL counts as networked.
 
-    def _resolve(self, url: str) -> tuple[Any, str]:
+    ``s3://bucket/key`` reads the endpoint, region and credentials as pyarrow does (the
+    ``AWS_*`` environment variables, ``~/.aws``; ``AWS_ENDPOINT_URL`` or
+    ``AWS_ENDPOINT_URL_S3`` for an S3-compatible server), or from the URL's query
+    (``?endpoint_override=HOST:PORT&scheme=http&region=…``). ``filesystem``, a pyarrow
+    filesystem made by the caller (``pyarrow.fs.S3FileSystem(...)`` with its own timeouts,
+    retry strategy or credentials), reads instead: locations are then its paths
+    (``bucket/key``) or URLs whose scheme it serves."""
+
+    def __init__(self, filesystem: Any = None) -> None:
+        self.filesystem = filesystem
+
+    def _resolve(self, location: str) -> tuple[Any, str, str, str | None]:
+        """(client, its path for ``location``, the endpoint's key, the bucket if any)."""
         import pyarrow.fs
 
+        check_no_credentials(location)
+        parts = urllib.parse.urlsplit(location) if is_url(location) else None
+        bucket = parts.netloc if parts is not None and parts.scheme in _BUCKET_SCHEMES \
+            and parts.netloc else None
+        if self.filesystem is not None:
+            client = self.filesystem
+            kind = str(getattr(client, "type_name", "arrow"))
+            if parts is None:
+                inner = location
+                if kind in ("s3", "gcs"):
+                    bucket = location.split("/", 1)[0] or None
+            else:
+                inner = (bucket or "") + urllib.parse.unquote(parts.path)
+            return client, inner.rstrip("/"), f"{kind}:{id(client)}", bucket
+        if parts is None:  # a plain path: pyarrow's local filesystem
+            parts = urllib.parse.urlsplit(location)
+        key = _arrow_key(location)
+        cache_key: tuple[Any, ...] | None = None
+        if bucket is not None:
+            # per process (a forked worker makes its own) and per environment (the
+            # endpoint and credentials pyarrow reads from it)
+            env = tuple(sorted((k, v) for k, v in os.environ.items()
+                               if k.startswith(("AWS_", "GOOGLE_"))))
+            cache_key = (os.getpid(), parts.scheme, parts.netloc, parts.query, env)
+            client = _CLIENTS.get(cache_key)
+            if client is not None:
+                return (client, bucket + urllib.parse.unquote(parts.path).rstrip("/"), key,
+                        bucket)
         try:
-            client, path = pyarrow.fs.FileSystem.from_uri(url)
-        except (ValueError, OSError) as exc:
-            raise InputError(f"{url}: {exc}") from exc
-        return client, path
+            client, path = _arrow_call(lambda: pyarrow.fs.FileSystem.from_uri(location), key,
+                                       answers=False)
+        except ValueError as exc:  # pyarrow.ArrowInvalid: a URL it does not understand
+            raise InputError(f"{location}: {exc}") from exc
+        if cache_key is not None:
+            _CLIENTS[cache_key] = client
+        return client, str(path), key, bucket
 
     def open(self, path: str) -> BinaryIO:
-        client, inner = self._resolve(path)
-        return _ArrowFile(_arrow_call(lambda: client.open_input_file(inner)))  # type: ignore[return-value]
+        client, inner, key, _ = self._resolve(path)
+        return _ArrowFile(_arrow_call(lambda: client.open_input_file(inner), key),  # type: ignore[return-value]
+                          key)
 
     def size(self, path: str) -> int:
         import pyarrow.fs
 
-        client, inner = self._resolve(path)
-        info = _arrow_call(lambda: client.get_file_info(inner))
+        client, inner, key, bucket = self._resolve(path)
+        info = _arrow_call(lambda: client.get_file_info(inner), key)
         if info.type == pyarrow.fs.FileType.NotFound:
-            raise FileNotFoundError(errno.ENOENT, "No such file", path)
+            raise FileNotFoundError(errno.ENOENT, self._missing(client, bucket, key), path)
         if info.type == pyarrow.fs.FileType.Directory:
             raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
         return int(info.size)
 
+    def _missing(self, client: Any, bucket: str | None, key: str) -> str:
+        """Why a location is not found: its bucket does not exist, or only the object."""
+        import pyarrow.fs
+
+        if bucket is None:
+            return "No such file"
+        try:
+            found = _arrow_call(lambda: client.get_file_info(bucket), key)
+        except OSError:
+            return "No such object"
+        if found.type == pyarrow.fs.FileType.NotFound:
+            return f"no bucket {bucket!r} at this endpoint"
+        return f"no such object in bucket {bucket!r}"
+
     def is_network(self, path: str) -> bool:
         return True
+
+
+def is_url(location: str | Path) -> bool:
+    """Whether ``location`` names a URL (``s3://…``, ``https://…``) rather than a path."""
+    return bool(_URL.match(str(location)))
+
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
+#: a URL that went through ``pathlib.Path`` (``s3://b/k`` became ``s3:/b/k``), as command
+#: line options typed as paths receive it
+_COLLAPSED_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/(?!/)")
+
+
+def check_local_output(out: str | Path, option: str = "--out") -> None:
+    """Refuse an output that is a URL: spr-data writes to local or mounted directories only
+    (its outputs are locked, fsynced and renamed into place, which an object store cannot
+    do); raises :class:`InputError` with the way out."""
+    text = str(out)
+    if not (is_url(text) or _COLLAPSED_URL.match(text)):
+        return
+    url = _COLLAPSED_URL.sub(r"\1://", text) if not is_url(text) else text
+    raise InputError(f"{option} {redact(url)}: writing to a URL is not supported; write to a "
+                     "local or shared-mount directory, then copy it up (e.g. aws s3 sync DIR "
+                     f"{redact(url)})")
+
+
+def redact(url: str) -> str:
+    """``url`` without the user name or password it may carry."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"***@{host}"))
+
+
+def check_no_credentials(url: str) -> None:
+    """Refuse a URL that carries credentials (``s3://KEY:SECRET@bucket/…``): a URL is
+    written into messages, logs and the lineage of every dataset made from it."""
+    if is_url(url) and "@" in urllib.parse.urlsplit(url).netloc:
+        raise InputError(f"{redact(url)}: a URL with credentials in it would be written into "
+                         "messages, logs and lineage; give them in the environment instead "
+                         "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)")
+
+
+def join_location(location: str, name: str) -> str:
+    """``name`` (a relative path: ``manifest.json``, ``_rejects``) inside the dataset at
+    ``location``: a path, or a URL whose query (``?endpoint_override=…``) stays at the end."""
+    if not is_url(location):
+        return str(Path(location) / name)
+    base, mark, query = location.partition("?")
+    return f"{base.rstrip('/')}/{name}{mark}{query}"
+
+
+def location_name(location: str | Path) -> str:
+    """The last part of a path or of a URL's path (``s3://b/data/en-de?…`` → ``en-de``)."""
+    text = str(location)
+    if not is_url(text):
+        return Path(text).name
+    return urllib.parse.unquote(urllib.parse.urlsplit(text).path).rstrip("/").rsplit("/", 1)[-1]
 
 
 def filesystem_for(path: str | Path) -> FileSystem:
@@ -581,10 +748,12 @@ VERIFY_MODES = ("remote", "always", "never")
 class ReaderOptions:
     """How a dataset's shards are read (see :func:`spr_data.open_dataset`).
 
-    ``filesystem`` defaults to the one the path names (local, or ``http(s)://``); ``retry``
-    to :class:`RetryPolicy`'s defaults. A dataset on a network filesystem is never mapped:
-    with ``cache_dir`` its shards are copied there (``cache_limit`` bytes at most, least
-    recently used evicted, the next shards prefetched) and the copies are mapped; without,
+    ``filesystem`` defaults to the one the path names (local, ``http(s)://``, or pyarrow's
+    for ``s3://``, ``gs://``…; ``ArrowFileSystem(pyarrow_filesystem)`` reads through one of
+    your own); ``retry`` to :class:`RetryPolicy`'s defaults. A dataset on a network
+    filesystem is never mapped: with ``cache_dir`` its shards are copied there
+    (``cache_limit`` bytes at most, least recently used evicted, the next shards prefetched)
+    and the copies are mapped; without,
     each shard is read whole through the retrying reader (``max_in_memory`` kept at once).
     ``verify``: ``"remote"`` checks every byte that crossed the network against the
     manifest's hash; ``"always"`` also hashes local shards once when first opened;

@@ -448,7 +448,7 @@ def show_info(info: DatasetInfo) -> None:
     ds = info.dataset
     m = ds.manifest
     lineage = m.lineage
-    console.out.print(f"[bold]{ds.path}[/]  {m.kind} {m.role} ({'-'.join(m.langs)})")
+    console.out.print(f"[bold]{ds.location}[/]  {m.kind} {m.role} ({'-'.join(m.langs)})")
     console.out.print(f"rows {m.rows:,} of {m.rows_in:,} in, {len(m.shards)} shard(s), "
                       f"{m.bytes:,} bytes; columns: {', '.join(f.name for f in m.schema)}")
     console.out.print(f"made by {lineage.get('stage', '?')} (spr-data "

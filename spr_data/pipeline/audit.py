@@ -172,17 +172,17 @@ def _check_accounting(ds: Dataset, reader: ReaderOptions | None = None) -> dict[
             try:
                 parent = _open_parent(current, str(parent_info["path"]), reader)
             except DatasetError as exc:
-                problems.append(f"{current.path}: its parent {parent_info['path']} cannot be "
+                problems.append(f"{current.location}: its parent {parent_info['path']} cannot be "
                                 f"opened ({exc}); accounting stops there")
             if parent is not None and parent_info.get("manifest_sha256") not in (
                     None, parent.manifest_digest):
-                problems.append(f"{current.path}: its parent {parent.location} changed since "
+                problems.append(f"{current.location}: its parent {parent.location} changed since "
                                 "it was made (its manifest's sha256 is not the one the lineage "
                                 "recorded); accounting stops there")
                 parent = None
         if parent is None and current.manifest.rows_in > len(out):
             # the ids 0..rows_in are not built: rows_in is not bounded by any file's size
-            problems.append(f"{current.path} ({lineage.get('stage', '?')}): "
+            problems.append(f"{current.location} ({lineage.get('stage', '?')}): "
                             f"{current.manifest.rows_in:,} rows came in, but only "
                             f"{len(kept):,} kept + {len(rejected):,} rejected are there")
             stages.append({"stage": lineage.get("stage", "?"), "path": current.location,
@@ -198,7 +198,7 @@ def _check_accounting(ds: Dataset, reader: ReaderOptions | None = None) -> dict[
                        "rows_in": len(expected), "kept": len(kept),
                        "rejected": len(rejected), "ok": bool(ok)})
         if not ok:
-            problems.append(f"{current.path} ({lineage.get('stage', '?')}): "
+            problems.append(f"{current.location} ({lineage.get('stage', '?')}): "
                             f"{len(expected)} ids in, {len(kept)} kept + {len(rejected)} "
                             f"rejected, {len(out) - len(distinct_out)} repeated; the id sets "
                             "differ")

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from spr_data.errors import InputError
 from spr_data.qa.scripts import CJK, normalize_lang, profile
-from spr_data.reader import ReaderOptions
+from spr_data.reader import ReaderOptions, location_name
 from spr_data.tokenizers import FALLBACK, MARK, UNKNOWN, WORD_INITIAL, Tokenizer
 
 __all__ = ["TextSource", "chart_html", "fertility_report", "read_sources"]
@@ -116,7 +116,7 @@ def _dataset_sources(path: str, reader: ReaderOptions | None) -> list[TextSource
         seg_langs = None
         if lang is None and f"lid_{side}" in ds.schema.names:  # what clean's langid found
             seg_langs = [x for b in ds.iter_batches() for x in b.column(f"lid_{side}").to_pylist()]
-        out.append(TextSource(f"{Path(path).name}:{column}", lang, texts, seg_langs,
+        out.append(TextSource(f"{location_name(path)}:{column}", lang, texts, seg_langs,
                               lines=len(texts), parallel_group=path))
     return out
 

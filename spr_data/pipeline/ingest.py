@@ -41,7 +41,7 @@ from spr_data.pipeline.sources import (
     path_text,
     plan_sources,
 )
-from spr_data.reader import RetryPolicy
+from spr_data.reader import RetryPolicy, check_local_output
 from spr_data.schema import ORIGIN_TYPE, ingest_rejects_schema, rows_schema
 from spr_data.writer import DEFAULT_SHARD_BYTES, MAX_SHARD_BYTES, ShardWriter
 
@@ -98,6 +98,7 @@ def ingest(
     inputs are retried as ``retry`` says when they fail transiently (a NAS blip).
     """
     started = time.perf_counter()
+    check_local_output(out)
     _check_shard_limits(shard_rows, shard_bytes)
     _check_out_name(Path(out))
     plan = plan_sources(inputs, format=format, langs=langs, columns=columns, keys=keys,
@@ -213,7 +214,7 @@ class _Tally:
         options = ", ".join(f"{k} {','.join(map(str, v)) if isinstance(v, list) else v}"
                             for k, v in source.options().items() if v is not None)
         raise DataLossError(
-            f"{path_text(source.files[0].path)}: all {self.records:,} records were rejected, "
+            f"{source.files[0].where}: all {self.records:,} records were rejected, "
             f"so no dataset was written; the first, line {line}, as {reason}: {snippet!r}"
             + (f" (read with {options})" if options else "") + _NEXT_STEP.get(reason, ""))
 

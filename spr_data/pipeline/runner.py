@@ -48,7 +48,7 @@ from spr_data.outdir import (
 )
 from spr_data.pipeline.executor import Executor, executor_for
 from spr_data.pipeline.units import unit_rows
-from spr_data.reader import ReaderOptions
+from spr_data.reader import ReaderOptions, check_local_output
 from spr_data.schema import ID
 from spr_data.verify import check_shard_hash, check_shards
 from spr_data.writer import shard_name
@@ -88,7 +88,8 @@ def open_input(dataset: str | Path, out: str | Path, *, command: str,
                reader: ReaderOptions | None) -> Dataset:
     """The dataset a shard command reads: a rows dataset with rows, its manifest checked
     against the shards' footers (local ones: a networked dataset's are checked once copied),
-    and not the output directory itself."""
+    and not the output directory itself (nor a URL: outputs are local or mounted)."""
+    check_local_output(out)
     source = open_dataset(str(dataset), reader=reader)
     if source.manifest.role != "rows":
         raise DatasetError(f"{dataset} is a rejects dataset; {command} its parent instead")

@@ -56,7 +56,7 @@ def row_sizes(ds: Dataset) -> Callable[[np.ndarray], np.ndarray]:
     a batch to its longest row costs)."""
     columns = token_columns(ds)
     if not columns:
-        raise InputError(f"{ds.path} has no token-id columns to size rows by (a token budget "
+        raise InputError(f"{ds.location} has no token-id columns to size rows by (a token budget "
                          "needs them): run `spr-data tokenize` on it first")
 
     def sizes_of(rows: np.ndarray) -> np.ndarray:

@@ -36,7 +36,7 @@ from spr_data.fsio import (
 )
 from spr_data.outdir import WORK_DIR, output_lock, temp_tag
 from spr_data.qa.scripts import normalize_lang, profile
-from spr_data.reader import ReaderOptions
+from spr_data.reader import ReaderOptions, check_local_output
 
 #: ``on_progress(phase, done, total)``; total None while unknown.
 Progress = Callable[[str, int, int | None], None]
@@ -203,6 +203,7 @@ def train_tokenizer(
     ``overwrite``; a ``tokenizer.json``, ``tokenizer.model`` or ``training.json`` that no run
     wrote is never replaced. A run that fails or is interrupted leaves no temp file behind,
     and one killed outright leaves only temp files its rerun proves its own and removes."""
+    check_local_output(out)
     out = Path(out)
     with output_lock(out, command="train-tokenizer"):
         if (out / "manifest.json").exists() or any(

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spr_data.errors import InputError, SprDataError
-from spr_data.reader import LocalFileSystem, RetryingFile, RetryPolicy
+from spr_data.reader import LocalFileSystem, RetryingFile, RetryPolicy, filesystem_for
 from spr_data.schema import Kind
 
 #: Why ingest could not turn a record into a row, in order of precedence.
@@ -67,7 +67,10 @@ class RecordChunk:
 
 @dataclass
 class InputFile:
-    """A raw input file: its size, and the hash and byte count of what was read of it."""
+    """A raw input file: its size, and the hash and byte count of what was read of it.
+
+    ``path`` gives its name (format, compression, languages); ``url``, when set, is where it
+    is read from (``s3://bucket/key``: ``path`` is then the URL's path)."""
 
     path: Path
     size: int = 0
@@ -76,13 +79,25 @@ class InputFile:
     #: how reads of it are retried (a file on a NAS); None: the default policy
     retry: RetryPolicy | None = None
     _hash: Any = field(default_factory=hashlib.sha256, repr=False)
+    url: str | None = None
 
     @property
     def compression(self) -> str | None:
         return COMPRESSIONS.get(self.path.suffix.lower())
 
+    @property
+    def where(self) -> str:
+        """The file as messages and the lineage name it: its URL, or its path."""
+        return self.url if self.url is not None else path_text(self.path)
+
+    def open_raw(self) -> RetryingFile:
+        """A retrying reader of the file's bytes (the size planned: an early EOF is a fault)."""
+        fs = filesystem_for(self.url) if self.url is not None else LocalFileSystem()
+        return RetryingFile(fs, self.url if self.url is not None else str(self.path),
+                            size=self.size, policy=self.retry)
+
     def lineage(self) -> dict[str, Any]:
-        return {"path": path_text(self.path), "bytes": self.size, "sha256": self._hash.hexdigest(),
+        return {"path": self.where, "bytes": self.size, "sha256": self._hash.hexdigest(),
                 "compression": self.compression}
 
 
@@ -128,8 +143,9 @@ class _TrackedReader(io.RawIOBase):
 def open_stream(record: InputFile, on_bytes: Callable[[int], None] | None) -> BinaryIO:
     # every read retried if transient, and an early EOF (the file is shorter than its size
     # when planned) is a fault to retry, not the end of the corpus
-    raw = RetryingFile(LocalFileSystem(), str(record.path), size=record.size,
-                       policy=record.retry)
+    raw: Any = record.open_raw()
+    if record.url is not None:  # decompressors read 8 KiB at a time: one request each
+        raw = io.BufferedReader(raw, buffer_size=BLOCK_BYTES)
     tracked = _TrackedReader(raw, record, on_bytes)
     kind = record.compression
     if kind == "gzip":
@@ -142,7 +158,7 @@ def open_stream(record: InputFile, on_bytes: Callable[[int], None] | None) -> Bi
         # pyarrow's stream reads concatenated frames (``cat a.zst b.zst``) in bounded memory
         # and fails on a truncated frame (zstandard's stream_reader would stop silently)
         if not pa.Codec.is_available("zstd"):
-            raise InputError(f"{record.path} is zstd-compressed, but this pyarrow was built "
+            raise InputError(f"{record.where} is zstd-compressed, but this pyarrow was built "
                              "without zstd; install pyarrow's wheel from PyPI")
         return pa.CompressedInputStream(tracked, "zstd")  # type: ignore[no-any-return]
     return io.BufferedReader(tracked, buffer_size=1 << 20)  # type: ignore[return-value]
@@ -158,7 +174,7 @@ def read_block(stream: BinaryIO, record: InputFile) -> bytes:
         raise _damaged(record, "corrupt", exc) from exc
     except OSError as exc:
         if record.compression is None or exc.errno is not None:
-            raise SprDataError(f"cannot read {record.path}: {exc.strerror or exc}") from exc
+            raise SprDataError(f"cannot read {record.where}: {exc.strerror or exc}") from exc
         # pyarrow's zstd stream says "Truncated compressed stream" where gzip raises EOFError
         what = "truncated" if "truncated" in str(exc).lower() else "corrupt"
         raise _damaged(record, what, exc) from exc
@@ -166,7 +182,7 @@ def read_block(stream: BinaryIO, record: InputFile) -> bytes:
 
 def _damaged(record: InputFile, what: str, exc: BaseException) -> InputError:
     """The one-line error for a damaged compressed file: which file, how, and what to do."""
-    return InputError(f"{record.path} is {what} ({record.compression}: {exc}); "
+    return InputError(f"{record.where} is {what} ({record.compression}: {exc}); "
                       "re-download or re-compress it")
 
 
@@ -207,7 +223,7 @@ def iter_line_blocks(
 def _refuse_cr_line_ends(head: bytes, record: InputFile) -> None:
     """A file whose lines end with CR alone (classic Mac) would read as one huge line."""
     if b"\n" not in head and head.count(b"\r") > 1:
-        raise InputError(f"{path_text(record.path)} ends its lines with CR alone, not LF or "
+        raise InputError(f"{record.where} ends its lines with CR alone, not LF or "
                          "CRLF; convert them first, e.g. tr '\\r' '\\n' < FILE > FIXED")
 
 

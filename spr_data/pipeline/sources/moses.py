@@ -46,8 +46,8 @@ class MosesSource(Source):
                     pass  # count the longer file's lines for the error message
                 if src is not None or tgt is not None:
                     raise InputError(
-                        f"Moses pair has different line counts: {src_file.path} has "
-                        f"{src_file.lines} lines, {tgt_file.path} has {tgt_file.lines}; "
+                        f"Moses pair has different line counts: {src_file.where} has "
+                        f"{src_file.lines} lines, {tgt_file.where} has {tgt_file.lines}; "
                         "the two files must be line-aligned"
                     )
                 return

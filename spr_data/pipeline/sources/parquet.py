@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -23,7 +22,6 @@ from spr_data.pipeline.sources.base import (
     is_utf8_name,
     mark,
     open_stream,
-    path_text,
     read_block,
 )
 from spr_data.reader import is_network_path
@@ -58,7 +56,7 @@ class ParquetSource(Source):
         with open_stream(record, on_bytes) as stream:  # hash the file, in bounded reads
             while read_block(stream, record):
                 pass
-        with _parquet_file(record.path) as pf:
+        with _parquet_file(record) as pf:
             yield from self._batches(pf, record)
 
     def _batches(self, pf: Any, record: InputFile) -> Iterator[RecordChunk]:
@@ -97,30 +95,36 @@ class ParquetSource(Source):
         for c in self.columns:
             name = schema.names[int(c)] if c.isdigit() and int(c) < len(schema.names) else c
             if name not in schema.names:
-                raise InputError(f"{self.files[0].path} has no column {c!r}; it has: "
+                raise InputError(f"{self.files[0].where} has no column {c!r}; it has: "
                                  f"{', '.join(schema.names)}")
             t = schema.field(name).type
             if not (pa.types.is_string(t) or pa.types.is_large_string(t)
                     or pa.types.is_string_view(t)):
-                raise InputError(f"{self.files[0].path}: column {name!r} is {t}, expected a "
+                raise InputError(f"{self.files[0].where}: column {name!r} is {t}, expected a "
                                  "string column; choose text columns with --columns")
             names.append(name)
         return names
 
 
 @contextmanager
-def _parquet_file(path: Path) -> Iterator[Any]:
-    """The Parquet file at ``path``: memory-mapped when local; read through a Python file when
-    its name is not UTF-8, which Arrow cannot open by name."""
+def _parquet_file(record: InputFile) -> Iterator[Any]:
+    """The Parquet file of ``record``: memory-mapped when local; read through a Python file
+    when its name is not UTF-8, which Arrow cannot open by name, or through the retrying
+    reader when it is at a URL."""
     import pyarrow.parquet as pq
 
-    handle = None if is_utf8_name(path) else open(path, "rb")  # noqa: SIM115 (closed below)
+    path = record.path
+    handle: Any = None
+    if record.url is not None:
+        handle = record.open_raw()
+    elif not is_utf8_name(path):
+        handle = open(path, "rb")  # noqa: SIM115 (closed below)
     try:
         try:
             pf = pq.ParquetFile(handle if handle is not None else str(path),
                                 memory_map=handle is None and not is_network_path(path))
         except (pa.ArrowInvalid, OSError) as exc:
-            raise InputError(f"{path_text(path)} is not a readable Parquet file: {exc}") from exc
+            raise InputError(f"{record.where} is not a readable Parquet file: {exc}") from exc
         yield pf
     finally:
         if handle is not None:

@@ -8,6 +8,7 @@ declares its name endings, its fixed kind (if any) and how it takes ``--columns`
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from spr_data.pipeline.sources.moses import MosesSource
 from spr_data.pipeline.sources.parquet import ParquetSource
 from spr_data.pipeline.sources.text import TextSource
 from spr_data.pipeline.sources.tsv import TsvSource
-from spr_data.reader import RetryPolicy
+from spr_data.reader import RetryPolicy, file_size, filesystem_for, is_url
 from spr_data.schema import Kind
 
 #: The input formats, by the name ``--format`` takes: a new format is its module and a line here.
@@ -71,7 +72,7 @@ def _moses_langs(a: Path, b: Path) -> tuple[str, str] | None:
     return None
 
 
-def _check_langs_fit_names(langs: Sequence[str] | None, files: Sequence[Path],
+def _check_langs_fit_names(langs: Sequence[str] | None, files: Sequence[str],
                            names: tuple[str, str]) -> None:
     """Refuse ``--langs`` that swaps a Moses pair's suffix languages: the first file is always
     the source, so ``q.en q.de --langs de-en`` would store English labelled ``de``."""
@@ -133,12 +134,29 @@ def plan_sources(
         raise InputError("no input files given")
     if format is not None and format not in FORMATS:
         raise InputError(f"--format {format!r} is not one of {', '.join(FORMATS)}")
-    paths = [Path(p) for p in inputs]
-    for p in paths:
+    # a URL input (s3://bucket/key, https://…) is named by its path, read from the URL
+    urls: dict[Path, str] = {}
+    sizes: dict[Path, int] = {}
+    paths = []
+    for item in inputs:
+        if is_url(item):
+            url = str(item)
+            parts = urllib.parse.urlsplit(url)
+            name = Path("/" + parts.netloc + urllib.parse.unquote(parts.path))
+            urls[name] = url
+            sizes[name] = file_size(filesystem_for(url), url, retry)  # missing: one line
+            paths.append(name)
+            continue
+        p = Path(item)
         if not p.exists():
             raise InputError(f"input file {p} does not exist")
         if not p.is_file():
             raise InputError(f"input {p} is not a regular file")
+        paths.append(p)
+
+    def shown(p: Path) -> str:
+        return urls.get(p, str(p))
+
     kind: Kind | None = None
     if langs is not None:
         if len(langs) not in (1, 2):
@@ -171,7 +189,7 @@ def plan_sources(
                 continue
             if fmt is None:
                 raise InputError(
-                    f"cannot tell the format of {paths[i]} from its name; pass --format "
+                    f"cannot tell the format of {shown(paths[i])} from its name; pass --format "
                     f"{'|'.join(FORMATS)} (a Moses pair is two files such as train.en train.de)"
                 )
             groups.append((fmt, [paths[i]]))
@@ -183,20 +201,21 @@ def plan_sources(
     kinds = {kind_of(fmt) for fmt, _ in groups}
     if len(kinds) > 1 or (kind is not None and kinds != {kind}):
         raise InputError("inputs mix parallel and mono corpora: "
-                         + ", ".join(f"{ps[0]} ({kind_of(f)})" for f, ps in groups))
+                         + ", ".join(f"{shown(ps[0])} ({kind_of(f)})" for f, ps in groups))
     final_kind = kinds.pop()
     text_names = ["src", "tgt"] if final_kind == "parallel" else ["text"]
 
     sources: list[Source] = []
     guessed: set[tuple[str, ...]] = set()
     for fmt, ps in groups:
-        files = [InputFile(p, size=p.stat().st_size, retry=retry) for p in ps]
+        files = [InputFile(p, size=sizes[p] if p in urls else p.stat().st_size, retry=retry,
+                           url=urls.get(p)) for p in ps]
         candidates: list[list[str]] = []
         if len(ps) == 2:  # a Moses pair: each name's suffix gives one side's language
             pair = _moses_langs(ps[0], ps[1])
             if pair:
                 guessed.add(pair)
-                _check_langs_fit_names(langs, ps, pair)
+                _check_langs_fit_names(langs, [shown(q) for q in ps], pair)
         else:
             found = langs_from_name(ps[0], final_kind)
             if found:

@@ -33,7 +33,7 @@ class TextSource(Source):
     @classmethod
     def from_plan(cls, files: list[InputFile], kind: Kind, selection: Selection) -> Source:
         if kind != "mono":
-            raise InputError(f"{files[0].path} is plain text, which makes a mono corpus; "
+            raise InputError(f"{files[0].where} is plain text, which makes a mono corpus; "
                              "pass --lang L rather than --langs")
         return cls(files, kind)
 

@@ -76,7 +76,7 @@ class TsvSource(Source):
             seen_text = seen_text or bool((pc.binary_length(text).to_numpy() > 0).any())
         if self.expected_fields is None and seen_text:
             raise InputError(
-                f"no line of {self.files[0].path} has the {needed} tab-separated fields that "
+                f"no line of {self.files[0].where} has the {needed} tab-separated fields that "
                 f"--columns {','.join(map(str, self.columns))} needs (0-based); "
                 "check the file's format or choose other --columns"
             )
