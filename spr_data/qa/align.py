@@ -121,7 +121,7 @@ _TRAIN_LOAD = 0.5
 #: co-occurrences of one EM part (a task per iteration): its table positions, 4 bytes each,
 #: are found once and kept on disk; it holds about 100 bytes a co-occurrence of one block of
 #: ``chunk_cooc`` in memory, plus the table and its counts
-_PART_COOC = 24_000_000
+_PART_COOC = 8_000_000
 _SCORE_LOAD = 0.3
 # Keys inserted into a hash at a time: bounds the temporaries of building it.
 _INSERT_CHUNK = 1 << 20
