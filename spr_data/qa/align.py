@@ -122,11 +122,13 @@ _TRAIN_LOAD = 0.5
 #: are found once and kept on disk; it holds about 100 bytes a co-occurrence of one block of
 #: ``chunk_cooc`` in memory, plus the table and its counts
 _PART_COOC = 8_000_000
+#: co-occurrences an EM task works on at a time (about 100 bytes each in temporaries)
+_EM_BLOCK_COOC = 262_144
 _SCORE_LOAD = 0.3
 # Keys inserted into a hash at a time: bounds the temporaries of building it.
 _INSERT_CHUNK = 1 << 20
 # Rows tokenized at a time: bounds the memory of polars' list columns.
-_TEXT_ROWS = 50_000
+_TEXT_ROWS = 16_384
 
 
 # ---------------------------------------------------------------------------------------------
@@ -578,7 +580,9 @@ def _e_step(task: _EPart) -> str:
     else:
         read = open(positions, "rb")  # noqa: SIM115
     try:
-        for block in _blocks(src, tgt, task.tgt_size, task.chunk_cooc):
+        # every sum runs in array order (add.at), so the block size changes no bit: blocks
+        # smaller than scoring's keep the two workers' temporaries small
+        for block in _blocks(src, tgt, task.tgt_size, min(task.chunk_cooc, _EM_BLOCK_COOC)):
             if index is not None:
                 found = index.find(block.keys)
                 found.tofile(write)
@@ -595,10 +599,8 @@ def _e_step(task: _EPart) -> str:
             # add.at, not bincount: no table-sized temporary per block (and faster here)
             np.add.at(counts_fe, pos, p_fe / den_f[block.gf])
             np.add.at(counts_ef, pos, p_ef / np.repeat(den_e, block.m_of_e))
-            cnt_null_f += np.bincount(block.tgt_ids, weights=nf / den_f,
-                                      minlength=task.tgt_size)
-            cnt_null_e += np.bincount(block.src_ids, weights=ne / den_e,
-                                      minlength=task.src_size)
+            np.add.at(cnt_null_f, block.tgt_ids, nf / den_f)
+            np.add.at(cnt_null_e, block.src_ids, ne / den_e)
     finally:
         (write if index is not None else read).close()
     if index is not None:
@@ -810,6 +812,8 @@ class LexicalAligner:
         tgt_vocab = _build_vocab(tgt_arr, options)
         src_ids = _encode(src_arr, src_vocab, options.max_train_tokens)
         tgt_ids = _encode(tgt_arr, tgt_vocab, options.max_train_tokens)
+        del src, tgt, src_arr, tgt_arr  # the ids are what EM needs (a caller may let go too)
+        pa.default_memory_pool().release_unused()
         both = np.flatnonzero((src_ids.lengths > 0) & (tgt_ids.lengths > 0))
         if both.size == 0:
             raise InputError("alignment training found no pair with words on both sides; "
@@ -1062,6 +1066,12 @@ class Negatives:
         rows = pa.array(np.flatnonzero(keep))
         return Negatives(self.src.take(rows), self.tgt.take(rows), self.kinds[keep],
                          self.rows[keep], self.drawn)
+
+    def without_texts(self) -> Negatives:
+        """The same negatives without their texts (kinds and rows are what calibration
+        needs once they are scored)."""
+        empty = pa.array([], pa.large_string())
+        return Negatives(empty, empty, self.kinds, self.rows, self.drawn)
 
     def counts(self) -> dict[str, int]:
         """Pairs of each kind."""

@@ -30,6 +30,7 @@ from spr_data.qa.align import (
     AlignerOptions,
     Calibration,
     LexicalAligner,
+    Negatives,
     calibrate,
     p_translation,
     shifted_runs,
@@ -116,6 +117,7 @@ class AlignStage:
             raise SprDataError("no pairs left to train the alignment model on; loosen the "
                                "rules or name align.trusted in the recipe")
         src, tgt = src.cast(pa.large_string()), tgt.cast(pa.large_string())
+        pa.default_memory_pool().release_unused()  # what reading the units' rows left
         n = len(src)
         share = max(cfg.negatives_share,
                     min(_MIN_NEGATIVES_PER_KIND / n, 0.1))  # at most 40% of the rows drawn
@@ -133,29 +135,23 @@ class AlignStage:
         unseen_neg = unseen_neg.only(self._passes_rules(unseen_neg.src, unseen_neg.tgt))
         repaired = NEGATIVE_KINDS.index("repaired")
         outside = bool(cfg.trusted or cfg.model)  # the model never saw this corpus
-        if cfg.model:
-            train_src = train_tgt = pa.array([], pa.large_string())
-            trained_ids = np.zeros(0, np.uint64)
-        elif cfg.trusted:
-            trusted = open_dataset(cfg.trusted)
-            if trusted.kind != "parallel":
-                raise InputError(f"align.trusted {cfg.trusted} is not a parallel dataset")
-            table = trusted.take(np.arange(min(len(trusted), cfg.max_train_pairs)))
-            train_src = table.column("src").combine_chunks()
-            train_tgt = table.column("tgt").combine_chunks()
-            trained_ids = np.zeros(0, np.uint64)
-        else:
-            keep = pa.array(np.flatnonzero(in_train))
-            train_src = pa.concat_arrays([src.take(keep), seen_neg.src])
-            train_tgt = pa.concat_arrays([tgt.take(keep), seen_neg.tgt])
-            trained_ids = np.sort(ids[in_train])
+        # what is scored after training goes to a work file now, so that this process holds
+        # no text through training but the training pairs, and those only until encoded
+        scored = _write_pairs(work / "align_pairs.arrow", [
+            (src, tgt), (unseen_neg.src, unseen_neg.tgt), (seen_neg.src, seen_neg.tgt)])
+        trained_ids = (np.zeros(0, np.uint64) if outside else np.sort(ids[in_train]))
+        training = self._training_texts(src, tgt, in_train, seen_neg)
+        seen_neg, unseen_neg = seen_neg.without_texts(), unseen_neg.without_texts()
+        del src, tgt
+        pa.default_memory_pool().release_unused()
         options = AlignerOptions(src_lang=self.src_lang, tgt_lang=self.tgt_lang,
                                  iterations=cfg.iterations,
-                                 max_train_pairs=max(cfg.max_train_pairs, len(train_src)),
+                                 max_train_pairs=max(cfg.max_train_pairs, len(training[0])),
                                  seed=cfg.seed)
+        trained_on = len(training[0])
         started = time.perf_counter()
         aligner = (self._reused_model() if cfg.model
-                   else LexicalAligner.train(train_src, train_tgt, options, tasks=context))
+                   else LexicalAligner.train(*_popped(training), options, tasks=context))
         train_seconds = time.perf_counter() - started
         tmp = work / ("align_model.npz" + TMP_SUFFIX)
         aligner.save(tmp)
@@ -163,8 +159,8 @@ class AlignStage:
         # the corpus sample and both sets of negatives, scored as tasks on the workers
         started = time.perf_counter()
         corpus_scores, unseen_scores, seen_scores = _scores_in_tasks(
-            context, paths["model"], aligner.content_hash,
-            [(src, tgt), (unseen_neg.src, unseen_neg.tgt), (seen_neg.src, seen_neg.tgt)])
+            context, paths["model"], aligner.content_hash, scored,
+            [n, len(unseen_neg.kinds), len(seen_neg.kinds)])
 
         def calibrated(corpus: np.ndarray, negatives: Any, scores: np.ndarray) -> Any:
             try:
@@ -220,7 +216,7 @@ class AlignStage:
         _save(paths["shift_skip_ids"], skip_ids)
         _save(paths["trained_ids"], trained_ids)
         info = {"method": method, "threshold": threshold,
-                "threshold_unseen": thresholds["unseen"], "trained_on": len(train_src),
+                "threshold_unseen": thresholds["unseen"], "trained_on": trained_on,
                 "corpus_pairs_scored": n, "quantile": cfg.quantile,
                 "min_score": cfg.min_score, "trusted": cfg.trusted, "model": cfg.model,
                 "model_hash": aligner.content_hash, "train_seconds": round(train_seconds, 3),
@@ -253,6 +249,23 @@ class AlignStage:
                 "warnings": warnings}
         atomic_write_bytes(paths["info"], json.dumps(info).encode())
         return {**state, "info": info}
+
+    def _training_texts(self, src: pa.Array, tgt: pa.Array, in_train: np.ndarray,
+                        seen_neg: Negatives) -> list[pa.Array]:
+        """The pairs EM learns from: the corpus sample with the seen negatives in place of the
+        rows they were made from; a trusted dataset's instead; none for a reused model."""
+        cfg = self.config
+        if cfg.model:
+            return [pa.array([], pa.large_string()), pa.array([], pa.large_string())]
+        if cfg.trusted:
+            trusted = open_dataset(cfg.trusted)
+            if trusted.kind != "parallel":
+                raise InputError(f"align.trusted {cfg.trusted} is not a parallel dataset")
+            table = trusted.take(np.arange(min(len(trusted), cfg.max_train_pairs)))
+            return [table.column("src").combine_chunks(), table.column("tgt").combine_chunks()]
+        keep = pa.array(np.flatnonzero(in_train))
+        return [pa.concat_arrays([src.take(keep), seen_neg.src]),
+                pa.concat_arrays([tgt.take(keep), seen_neg.tgt])]
 
     def _reused_model(self) -> LexicalAligner:
         """``align.model``: a model an earlier clean wrote, for this language pair only."""
@@ -329,7 +342,7 @@ class AlignStage:
 
 
 #: pairs a scoring task takes at a time
-_SCORE_TASK_ROWS = 65536
+_SCORE_TASK_ROWS = 32768
 
 
 @dataclass(frozen=True)
@@ -349,28 +362,41 @@ def _score_task(task: _ScoreTask) -> np.ndarray:
     return scores
 
 
-def _scores_in_tasks(context: CombineContext, model: Path, model_hash: str,
-                     sets: list[tuple[pa.Array, pa.Array]]) -> list[np.ndarray]:
-    """``align_score`` of each set of pairs, scored in slices as tasks on the executor (a
-    pair's score does not depend on the slice it is scored in)."""
+def _write_pairs(path: Path, sets: list[tuple[pa.Array, pa.Array]]) -> Path:
+    """The pairs of ``sets``, one after the other, as an Arrow file (``src``, ``tgt``)."""
     src = pa.concat_arrays([a.cast(pa.large_string()) for a, _ in sets])
     tgt = pa.concat_arrays([b.cast(pa.large_string()) for _, b in sets])
-    path = context.work / "align_pairs.arrow"
     tmp = path.with_name(path.name + TMP_SUFFIX)
     with pa.OSFile(str(tmp), "wb") as sink, \
             pa.ipc.new_file(sink, pa.schema([("src", src.type), ("tgt", tgt.type)])) as out:
         out.write_table(pa.table({"src": src, "tgt": tgt}))
     tmp.replace(path)
+    return path
+
+
+def _popped(texts: list[pa.Array]) -> tuple[pa.Array, pa.Array]:
+    """Both sides, taken out of ``texts``: the callee then holds the only reference and can
+    let them go once it has encoded them."""
+    src, tgt = texts.pop(0), texts.pop(0)
+    return src, tgt
+
+
+def _scores_in_tasks(context: CombineContext, model: Path, model_hash: str, pairs: Path,
+                     sizes: list[int]) -> list[np.ndarray]:
+    """``align_score`` of the pairs in ``pairs`` (sets of ``sizes`` pairs one after the
+    other), scored in slices as tasks on the executor (a pair's score does not depend on
+    the slice it is scored in)."""
+    total = sum(sizes)
     try:
-        tasks = [_ScoreTask(str(model), model_hash, str(path), lo,
-                            min(lo + _SCORE_TASK_ROWS, len(src)))
-                 for lo in range(0, len(src), _SCORE_TASK_ROWS)]
+        tasks = [_ScoreTask(str(model), model_hash, str(pairs), lo,
+                            min(lo + _SCORE_TASK_ROWS, total))
+                 for lo in range(0, total, _SCORE_TASK_ROWS)]
         done = dict(context.map(_score_task, tasks))
     finally:
-        path.unlink(missing_ok=True)
+        pairs.unlink(missing_ok=True)
     scores = (np.concatenate([done[i] for i in range(len(tasks))]) if tasks
               else np.zeros(0, np.float32))
-    bounds = np.cumsum([0] + [len(a) for a, _ in sets])
+    bounds = np.cumsum([0, *sizes])
     return [scores[lo:hi] for lo, hi in itertools.pairwise(bounds)]
 
 
