@@ -66,6 +66,29 @@ def test_the_waterfall_and_the_reasons_follow_the_declared_stages(corpora: Path,
         assert [rank[r] for r in row["reasons"]] == sorted(rank[r] for r in row["reasons"])
     for step in report.stages:
         assert all(of[r] == step["name"] for r in step["by_reason"])
+    # the kept rows' columns: the input's and what the stages declare, nothing else
+    declared = {c for s in stages for c in s.columns}
+    kept = open_dataset(tmp_path / "out")
+    assert set(kept.schema.names) == set(ds.schema.names) | declared
+
+
+def test_a_stage_that_adds_an_undeclared_column_stops_the_run():
+    from spr_data.pipeline.clean import _score_slice
+    from spr_data.qa.normalize import NormalizeStage
+    from spr_data.qa.stage import StageOutput
+    from spr_data.recipe import NormalizeConfig
+
+    class Leaky(NormalizeStage):
+        def apply(self, batch: Any, rejected: Any = None) -> StageOutput:
+            out = super().apply(batch, rejected)
+            out.columns["secret_score"] = pa.array([0.5] * batch.num_rows)
+            return out
+
+    batch = pa.record_batch({"id": pa.array([0, 1], pa.uint64()), "src": ["a", "b"],
+                             "tgt": ["x", "y"]})
+    with pytest.raises(SprDataError, match="stage normalize returned columns it does not "
+                                           "declare: secret_score"):
+        _score_slice(batch, [Leaky(NormalizeConfig(), ("src", "tgt"))])
 
 
 @dataclass

@@ -171,9 +171,18 @@ def _score_slice(batch: pa.RecordBatch, stages: Sequence[Stage]) -> pa.RecordBat
         if isinstance(stage, CorpusStage):
             continue
         result = stage.apply(batch, reason_lists_any(batch.num_rows, rejects))
-        batch = _with_columns(batch, result.columns)
+        batch = _with_columns(batch, _declared(stage, result.columns))
         rejects += result.rejects
     return batch.append_column(_PASS1_REASONS, reason_lists(batch.num_rows, rejects))
+
+
+def _declared(stage: Stage, columns: dict[str, pa.Array]) -> dict[str, pa.Array]:
+    """``columns``, where the stage declared each (a stage that adds another is a bug)."""
+    undeclared = sorted(set(columns) - set(stage.columns))
+    if undeclared:
+        raise SprDataError(f"stage {stage.name} returned columns it does not declare: "
+                           f"{', '.join(undeclared)}")
+    return columns
 
 
 def _with_columns(batch: Any, columns: dict[str, pa.Array]) -> Any:
@@ -352,7 +361,7 @@ def _decide_task(task: _UnitTask) -> dict[str, Any]:
     for stage in task.stages:
         if isinstance(stage, CorpusStage):
             result = stage.apply(table, states[stage.name], rejected)
-            table = _with_columns(table, result.columns)
+            table = _with_columns(table, _declared(stage, result.columns))
             masks = [(r, np.asarray(m, dtype=bool)) for r, m in result.rejects]
             if result.stats:
                 stage_stats[stage.name] = result.stats

@@ -75,6 +75,7 @@ class AlignStage:
     rules: RowStage | None = None
     name: str = "align"
     reasons: tuple[str, ...] = ("low_alignment", "shifted_lines")
+    columns: tuple[str, ...] = (ALIGN_SCORE, P_TRANSLATION)
     #: the combine step trains for a minute: the runner runs it in a process of its own
     #: (what training allocates goes back when it exits)
     runs_apart: bool = True

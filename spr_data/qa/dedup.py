@@ -157,6 +157,8 @@ class DedupStage:
     def reasons(self) -> tuple[str, ...]:
         return ("duplicate", "too_many_targets") if self.by_source else ("duplicate",)
 
+    columns: tuple[str, ...] = ()
+
     def partial(self, batch: pa.RecordBatch) -> np.ndarray:
         ids = np.asarray(batch.column(ID).to_numpy(), np.uint64)
         texts = [batch.column(c) for c in self.text_columns]

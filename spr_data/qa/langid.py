@@ -289,6 +289,11 @@ class LangIdStage:
         swapped = ("swapped_sides",) if len(self.sides) == 2 else ()
         return (*swapped, *(f"wrong_lang_{side}" for side in self.sides))
 
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(f"lid_{side}{suffix}" for side in self.sides
+                     for suffix in ("", "_p", "_expected_p"))
+
     def setup(self) -> None:
         """Load the language-id models now, once per worker, not inside the first batch."""
         _model()

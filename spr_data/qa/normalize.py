@@ -125,6 +125,10 @@ class NormalizeStage:
     #: normalize rewrites text; it rejects nothing
     reasons: tuple[str, ...] = ()
 
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return (*self.text_columns, "normalized")
+
     def setup(self) -> None:
         pass
 

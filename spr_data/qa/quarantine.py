@@ -58,6 +58,7 @@ class QuarantineStage:
     path: str
     name: str = "quarantine"
     reasons: tuple[str, ...] = ("quarantined",)
+    columns: tuple[str, ...] = ()
 
     def partial(self, batch: pa.RecordBatch) -> None:
         return None

@@ -352,6 +352,12 @@ class RulesStage:
         pair = PAIR_RULES if len(self.text_columns) == 2 else ()
         return (*(f"{rule}_{side}" for side in self.sides for rule in SIDE_RULES), *pair)
 
+    @property
+    def columns(self) -> tuple[str, ...]:
+        pair = ("length_ratio", "length_ratio_z") if len(self.text_columns) == 2 else ()
+        return (*(f"{side}_{score}" for side in self.sides
+                  for score in ("script_share", "letter_share")), *pair)
+
     def setup(self) -> None:
         pass
 

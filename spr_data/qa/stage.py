@@ -8,6 +8,9 @@ precedence. The order of the declared stages and of their reasons is the waterfa
 the order of a reject's ``reasons`` list and which one is its ``reason``: nothing else lists
 them.
 
+Each also declares ``columns``, the columns it adds or replaces; the runner refuses a stage
+that returns another.
+
 * :class:`RowStage`: a pure function over an Arrow batch (normalize, rules, language id);
   ``setup()`` runs once per worker (load a model), ``apply`` scores then decides.
 * :class:`CorpusStage`: a decision that needs the whole corpus (exact dedup, the alignment
@@ -60,6 +63,11 @@ class RowStage(Protocol):
         """Every reason it can give, in order of precedence."""
         ...
 
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Every column it adds or replaces (the runner refuses any other)."""
+        ...
+
     def setup(self) -> None:
         """Once per worker before the first batch: load what is costly to load."""
         ...
@@ -106,6 +114,10 @@ class CorpusStage(Protocol):
 
     @property
     def reasons(self) -> tuple[str, ...]:
+        ...
+
+    @property
+    def columns(self) -> tuple[str, ...]:
         ...
 
     def partial(self, batch: Batch) -> np.ndarray | None:
