@@ -477,7 +477,8 @@ def clean(
         "quarantine": None if quarantine is None else sha256_file(Path(quarantine)),
         "tool_version": __version__,
     }
-    stages = build_stages(resolved, source.kind, source.langs, quarantine=quarantine)
+    stages = build_stages(resolved, source.kind, source.langs, quarantine=quarantine,
+                          cleaned=_cleaned_with(source, resolved))
     # the lock is held for the whole run; a failed run keeps its work state (it resumes from
     # it) and never removes what it did not write
     with ShardRun("clean", source, out, identity=identity, overwrite=overwrite,
@@ -485,6 +486,26 @@ def clean(
         report = _run(run, resolved, stages, allow_heavy_loss)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _cleaned_with(source: Any, recipe: Recipe) -> Path | None:
+    """The dataset's directory when ``recipe`` is what cleaned it, and that run's model and
+    report are there (a local dataset): its alignment decision is then reused."""
+    lineage = source.manifest.lineage
+    if (source.remote or lineage.get("stage") != "clean"
+            or lineage.get("recipe_hash") != recipe.digest or recipe.align.model
+            or recipe.align.min_score is not None or recipe.align.quantile is not None):
+        return None
+    here = Path(source.path)
+    if not ((here / "align_model.npz").is_file() and (here / "report.json").is_file()):
+        return None
+    try:
+        align = json.loads((here / "report.json").read_text()).get("align") or {}
+    except (OSError, ValueError):
+        return None
+    needed = ("model_hash", "threshold", "threshold_unseen", "p_translation",
+              "p_translation_unseen")
+    return here if all(k in align for k in needed) else None
 
 
 def _run(run: ShardRun, recipe: Recipe, stages: list[Stage],

@@ -24,9 +24,12 @@ __all__ = ["build_stages"]
 
 
 def build_stages(recipe: Recipe, kind: str, langs: list[str], *,
-                 quarantine: str | Path | None = None) -> list[Stage]:
+                 quarantine: str | Path | None = None,
+                 cleaned: str | Path | None = None) -> list[Stage]:
     """The stages ``clean`` runs for ``recipe`` on a ``kind`` dataset of ``langs``, in order:
-    a quarantine list first (when given), then the recipe's stages."""
+    a quarantine list first (when given), then the recipe's stages. ``cleaned``: the
+    dataset's directory when this recipe cleaned it already (the align stage then reuses
+    that run's decision)."""
     columns = text_columns(kind)  # type: ignore[arg-type]
     rules = RulesStage(recipe.rules, columns, langs)
     makers: dict[str, Callable[[], Stage]] = {
@@ -35,7 +38,8 @@ def build_stages(recipe: Recipe, kind: str, langs: list[str], *,
         "langid": lambda: LangIdStage(recipe.langid, columns, langs),
         "dedup": lambda: DedupStage(recipe.dedup, columns),
         "align": lambda: AlignStage(recipe.align, langs[0], langs[-1],
-                                    rules if "rules" in recipe.stages else None),
+                                    rules if "rules" in recipe.stages else None,
+                                    None if cleaned is None else str(cleaned)),
     }
     stages: list[Stage] = [QuarantineStage(str(quarantine))] if quarantine is not None else []
     stages += [makers[name]() for name in recipe.stages]
