@@ -265,6 +265,11 @@ def ingest(
     retries: RetriesOption = None,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
+    workers: Annotated[int | None, typer.Option(
+        "--workers", min=1, help="Inputs parsed at once, in worker processes (default: all "
+        "cores when the inputs hold 16 MiB or more); the same bytes for any number.")] = None,
+    executor: ExecutorOption = "local",
+    ray_address: RayAddressOption = None,
 ) -> None:
     """Turn raw corpora into a sharded Arrow dataset with a manifest."""
     from spr_data import render
@@ -275,12 +280,14 @@ def ingest(
         raise InputError("pass --langs SRC-TGT for a parallel corpus or --lang L for a mono one, "
                          "not both")
     lang_list = parse_langs(langs) if langs else [lang] if lang else None
-    with console.progress_bytes("ingest", enabled=not quiet) as progress:
+    with _executor(executor, ray_address, workers) as runner, \
+            console.progress_bytes("ingest", enabled=not quiet) as progress:
         summary = run_ingest(
             inputs, out, format=format, langs=lang_list, columns=_split_list(columns),
             keys=_split_list(keys), shard_rows=shard_rows, shard_bytes=parse_size(shard_bytes),
             overwrite=overwrite, on_progress=progress,
-            retry=_reader(retries, None).retry)
+            retry=_reader(retries, None).retry, workers=None if runner else workers,
+            executor=runner)
     if as_json:
         console.print_json(summary.to_json())
     else:

@@ -133,6 +133,24 @@ def test_ray_tokenize_is_byte_identical_to_a_local_tokenize(local_clean: Path, c
     assert_same_output(tmp_path / "ray", tmp_path / "local")
 
 
+def test_ray_ingest_of_several_inputs_is_byte_identical_to_one_process(
+        corpora: Path, ray_address: str, tmp_path: Path):
+    lines = gzip.decompress(
+        (corpora / "parallel/tatoeba_manythings_eng-cmn.tsv.gz").read_bytes()
+    ).decode().splitlines()
+    inputs = []
+    for i in range(3):
+        inputs.append(tmp_path / f"part{i}.eng-cmn.tsv.gz")
+        part = [*lines[i::3][:2000], "no tab here"]  # one reject each
+        inputs[-1].write_bytes(gzip.compress(("\n".join(part) + "\n").encode()))
+    ingest(inputs, tmp_path / "local", workers=1, shard_rows=1500)
+    with RayExecutor(ray_address) as executor:
+        summary = ingest(inputs, tmp_path / "ray", executor=executor, shard_rows=1500)
+    assert summary.rejects == {"tsv_field_count": 3} and summary.rows == 6000
+    assert_same_output(tmp_path / "ray", tmp_path / "local")
+    assert not (tmp_path / "ray" / WORK_DIR).exists()
+
+
 class KillOnce:
     """A RayExecutor whose decide task for unit 1 kills its own worker process (SIGKILL) once,
     between writing the unit's kept shard and finishing its reject shard: the worker dies

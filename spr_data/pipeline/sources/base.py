@@ -100,6 +100,20 @@ class InputFile:
         return {"path": self.where, "bytes": self.size, "sha256": self._hash.hexdigest(),
                 "compression": self.compression}
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A file not read yet travels to a worker that reads it (a hash object does not
+        pickle; the worker starts its own)."""
+        if self.bytes_read or self.lines:
+            raise TypeError(f"{self.where} was read in this process already; plan it again "
+                            "to read it elsewhere")
+        state = dict(self.__dict__)
+        del state["_hash"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._hash = hashlib.sha256()
+
 
 def path_text(path: str | Path) -> str:
     """``path`` as text that encodes as UTF-8, for manifests and messages: a file name may hold
