@@ -33,6 +33,7 @@ from spr_data.qa.align import (
     Negatives,
     calibrate,
     p_translation,
+    row_hash,
     shifted_runs,
     synthetic_negatives,
 )
@@ -52,6 +53,8 @@ _SLICE_ROWS = 32768
 #: negatives of each kind at least (when the corpus has ten times as many rows): fewer make
 #: the threshold, a high quantile of them, a matter of a handful of pairs
 _MIN_NEGATIVES_PER_KIND = 200
+#: row_hash salt of the training sample (negatives use salts 0-2)
+_SAMPLE_SALT = 3
 #: the negatives the corpus' misaligned share is estimated from: re-paired pairs only. Cut
 #: sides and next lines are sometimes still fair translations (a three-word sentence cut to
 #: two, a corpus sorted by source); in the mixture they "explain" real pairs as junk, and the
@@ -118,7 +121,7 @@ class AlignStage:
         if self.cleaned is not None:
             return self._decided_before(paths)
         cfg = self.config
-        src, tgt, ids = _training_pairs(context, cfg.max_train_pairs)
+        src, tgt, ids = _training_pairs(context, cfg.max_train_pairs, cfg.seed)
         if len(src) == 0:
             raise SprDataError("no pairs left to train the alignment model on; loosen the "
                                "rules or name align.trusted in the recipe")
@@ -127,13 +130,14 @@ class AlignStage:
         n = len(src)
         share = max(cfg.negatives_share,
                     min(_MIN_NEGATIVES_PER_KIND / n, 0.1))  # at most 40% of the rows drawn
-        seen_neg = synthetic_negatives(src, tgt, share=share, seed=cfg.seed)
+        seen_neg = synthetic_negatives(src, tgt, share=share, seed=cfg.seed, keys=ids)
         held = seen_neg.drawn
         in_train = np.ones(n, bool)
         in_train[held] = False
         held_rows = pa.array(held)
         unseen_neg = synthetic_negatives(src.take(held_rows), tgt.take(held_rows),
-                                         share=1.0 / len(NEGATIVE_KINDS), seed=cfg.seed + 1)
+                                         share=1.0 / len(NEGATIVE_KINDS), seed=cfg.seed + 1,
+                                         keys=ids[held])
         # the corpus' junk reached align through the rules; so must the negatives, or those
         # the rules would have taken (a length ratio of 10) widen their low tail and the junk
         # share is underestimated (measured: 0.28 for 0.40 on Multi30k with 50% junk)
@@ -459,24 +463,25 @@ def _trained_cross(ids: np.ndarray, trained: np.ndarray) -> np.ndarray:
     return out
 
 
-def _training_pairs(context: CombineContext,
-                    limit: int) -> tuple[pa.Array, pa.Array, np.ndarray]:
-    """Rows no earlier stage rejected, evenly spread over the corpus: their sources, targets
-    and ids (at most about ``limit``)."""
+def _training_pairs(context: CombineContext, limit: int,
+                    seed: int) -> tuple[pa.Array, pa.Array, np.ndarray]:
+    """Rows no earlier stage rejected, a uniform sample of them drawn by id (at most about
+    ``limit``; all of them when there are no more): their sources, targets and ids. Drawn by
+    id, a row added or removed changes the sample by that row alone."""
     eligible = []
     for unit in range(len(context.scored)):
         _, rejected = context.rejected_before(unit)
         eligible.append(int((~rejected).sum()))
     total = sum(eligible)
-    stride = max(1, -(-total // limit)) if limit else 1
+    share = min(1.0, limit / total) if total else 1.0
     src_parts, tgt_parts, id_parts = [], [], []
-    seen = 0
     for unit in range(len(context.scored)):
         table, rejected = context.rejected_before(unit)
         positions = np.flatnonzero(~rejected)
-        chosen = positions[(np.arange(len(positions)) + seen) % stride == 0]
-        seen += len(positions)
-        picked = table.select(["src", "tgt", ID]).take(pa.array(chosen))
+        if share < 1.0:
+            unit_ids = table.column(ID).to_numpy()[positions]
+            positions = positions[row_hash(unit_ids, seed, _SAMPLE_SALT) < share]
+        picked = table.select(["src", "tgt", ID]).take(pa.array(positions))
         src_parts.append(picked.column("src").combine_chunks())
         tgt_parts.append(picked.column("tgt").combine_chunks())
         id_parts.append(picked.column(ID).to_numpy())
