@@ -15,12 +15,11 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from spr_data.errors import InputError
 
-__all__ = ["Executor", "LocalExecutor", "default_workers", "die_with_parent", "executor_for",
-           "run_apart"]
+__all__ = ["Executor", "LocalExecutor", "default_workers", "die_with_parent", "executor_for"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -148,31 +147,6 @@ class LocalExecutor:
             for future in pending:
                 future.cancel()
             raise
-
-
-def _call(packed: tuple[Callable[..., R], tuple[Any, ...]]) -> R:
-    fn, args = packed
-    return fn(*args)
-
-
-def run_apart(fn: Callable[..., R], *args: Any) -> R:
-    """``fn(*args)`` in a fresh process of its own, and its result.
-
-    Why: a big one-off step (training the alignment model) leaves this process' heap grown
-    by what it allocated, for the rest of the run (measured: 0.8 GB kept through the decide
-    step at 300k pairs); in a process that then exits, it all goes back. ``fn`` is a
-    module-level function and its arguments pickle; an error in it is raised here, and an
-    interrupt here stops it.
-    """
-    pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=die_with_parent, initargs=(os.getpid(),))
-    try:
-        return _submit(pool, _call, (fn, args)).result()
-    except BaseException:
-        _stop_workers(pool)
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _submit(pool: ProcessPoolExecutor, fn: Callable[[T], R], task: T) -> Future[R]:

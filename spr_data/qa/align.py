@@ -626,16 +626,18 @@ def _em_parts(src: _Ragged, tgt: _Ragged, budget: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in itertools.pairwise(bounds) if b > a]
 
 
-def _em(src: _Ragged, tgt: _Ragged, keys: U32, src_size: int, tgt_size: int,
+def _em(pairs: list[_Ragged], keys: U32, src_size: int, tgt_size: int,
         options: AlignerOptions, tasks: TaskMap) -> tuple[F32, F32, F32, F32]:
     """EM for Model 1 in both directions at once: both share the co-occurrences and lookups.
 
-    Returns ``t(f|e)``, ``t(e|f)`` per key, ``t(f|NULL)``, ``t(e|NULL)``; uniform start. The
-    expectation step runs as one task per part of the pairs (:func:`_em_parts`, a function of
-    the data alone) on ``tasks``, the maximization step here: the parts' counts are summed in
-    part order, so the model is bit-identical for the same input on any number of workers.
-    Sums are float64.
+    ``pairs`` holds the source and target ids; it is emptied once they are on disk for the
+    tasks (this process needs only the table through EM). Returns ``t(f|e)``, ``t(e|f)`` per
+    key, ``t(f|NULL)``, ``t(e|NULL)``; uniform start. The expectation step runs as one task
+    per part of the pairs (:func:`_em_parts`, a function of the data alone) on ``tasks``, the
+    maximization step here: the parts' counts are summed in part order, so the model is
+    bit-identical for the same input on any number of workers. Sums are float64.
     """
+    src, tgt = pairs
     n_keys = keys.size
     folder = Path(tempfile.mkdtemp(prefix="em-", dir=tasks.work))
     try:
@@ -647,7 +649,8 @@ def _em(src: _Ragged, tgt: _Ragged, keys: U32, src_size: int, tgt_size: int,
             np.save(folder / f"{side}_ids.npy", ragged.ids)
         parts = _em_parts(src, tgt, _PART_COOC)
         slots_size = index.size
-        del index
+        del index, src, tgt
+        pairs.clear()
         table = np.zeros(n_keys + 1, np.complex64)  # real: t(f|e), imag: t(e|f); last: absent
         table.real[:-1] = 1.0 / tgt_size
         table.imag[:-1] = 1.0 / src_size
@@ -824,13 +827,15 @@ class LexicalAligner:
         ratio = np.log((src_ids.lengths + 1) / (tgt_ids.lengths + 1))
         keys = _table_keys(src_ids, tgt_ids, src_vocab.size, tgt_vocab.size,
                            max_entries=options.max_table_entries, budget=options.chunk_cooc)
+        pairs = [src_ids, tgt_ids]  # _em lets go of them once the tasks can read them
+        del src_ids, tgt_ids
         if tasks is None:
             with tempfile.TemporaryDirectory(prefix="spr-data-align-") as tmp:
-                t_fe, t_ef, null_f, null_e = _em(src_ids, tgt_ids, keys, src_vocab.size,
-                                                 tgt_vocab.size, options, _InProcess(Path(tmp)))
+                t_fe, t_ef, null_f, null_e = _em(pairs, keys, src_vocab.size, tgt_vocab.size,
+                                                 options, _InProcess(Path(tmp)))
         else:
-            t_fe, t_ef, null_f, null_e = _em(src_ids, tgt_ids, keys, src_vocab.size,
-                                             tgt_vocab.size, options, tasks)
+            t_fe, t_ef, null_f, null_e = _em(pairs, keys, src_vocab.size, tgt_vocab.size,
+                                             options, tasks)
         link = (t_fe.astype(np.float64) + t_ef) / 2
         keep = np.flatnonzero(link >= options.prune_below)
         return cls(options, src_vocab, tgt_vocab, keys[keep], t_fe[keep], t_ef[keep], null_f,

@@ -24,6 +24,7 @@ import pyarrow as pa
 from spr_data.dataset import open_dataset
 from spr_data.errors import InputError, SprDataError
 from spr_data.fsio import TMP_SUFFIX, atomic_write_bytes
+from spr_data.heap import release_heap
 from spr_data.qa.align import (
     NEGATIVE_KINDS,
     SCORE_EDGES,
@@ -82,9 +83,9 @@ class AlignStage:
     name: str = "align"
     reasons: tuple[str, ...] = ("low_alignment", "shifted_lines")
     columns: tuple[str, ...] = (ALIGN_SCORE, P_TRANSLATION)
-    #: the combine step trains for a minute: the runner runs it in a process of its own
-    #: (what training allocates goes back when it exits)
-    runs_apart: bool = True
+    #: the combine step trains for a minute: the runner stops the idle workers first (they
+    #: hold the score step's memory) and gives the heap training grew back after
+    long_combine: bool = True
 
     def partial(self, batch: pa.RecordBatch) -> None:
         return None
@@ -153,7 +154,7 @@ class AlignStage:
         training = self._training_texts(src, tgt, in_train, seen_neg)
         seen_neg, unseen_neg = seen_neg.without_texts(), unseen_neg.without_texts()
         del src, tgt
-        pa.default_memory_pool().release_unused()
+        release_heap()
         options = AlignerOptions(src_lang=self.src_lang, tgt_lang=self.tgt_lang,
                                  iterations=cfg.iterations,
                                  max_train_pairs=max(cfg.max_train_pairs, len(training[0])),
@@ -166,10 +167,13 @@ class AlignStage:
         tmp = work / ("align_model.npz" + TMP_SUFFIX)
         aligner.save(tmp)
         tmp.replace(paths["model"])
+        model_hash = aligner.content_hash
+        del aligner  # the workers load it from disk; this process holds it no longer
+        release_heap()
         # the corpus sample and both sets of negatives, scored as tasks on the workers
         started = time.perf_counter()
         corpus_scores, unseen_scores, seen_scores = _scores_in_tasks(
-            context, paths["model"], aligner.content_hash, scored,
+            context, paths["model"], model_hash, scored,
             [n, len(unseen_neg.kinds), len(seen_neg.kinds)])
 
         def calibrated(corpus: np.ndarray, negatives: Any, scores: np.ndarray) -> Any:
@@ -229,7 +233,7 @@ class AlignStage:
                 "threshold_unseen": thresholds["unseen"], "trained_on": trained_on,
                 "corpus_pairs_scored": n, "quantile": cfg.quantile,
                 "min_score": cfg.min_score, "trusted": cfg.trusted, "model": cfg.model,
-                "model_hash": aligner.content_hash, "train_seconds": round(train_seconds, 3),
+                "model_hash": model_hash, "train_seconds": round(train_seconds, 3),
                 "score_seconds": round(score_seconds, 3),
                 "calibrated_threshold": seen.threshold,
                 "calibrated_threshold_unseen": unseen.threshold,
@@ -391,8 +395,17 @@ class _ScoreTask:
     hi: int
 
 
+#: the model a worker loaded for its last scoring task, by content hash: the next task of the
+#: same step reuses it (loading hashes every array and builds the lookup table)
+_LOADED: dict[str, LexicalAligner] = {}
+
+
 def _score_task(task: _ScoreTask) -> np.ndarray:
-    aligner = LexicalAligner.load(task.model, expected_hash=task.model_hash)
+    aligner = _LOADED.get(task.model_hash)
+    if aligner is None:
+        _LOADED.clear()
+        aligner = LexicalAligner.load(task.model, expected_hash=task.model_hash)
+        _LOADED[task.model_hash] = aligner
     with pa.memory_map(task.pairs) as source:
         table = pa.ipc.open_file(source).read_all().slice(task.lo, task.hi - task.lo)
     scores: np.ndarray = aligner.score(table.column("src"), table.column("tgt"))
