@@ -1099,7 +1099,7 @@ def row_hash(keys: NDArray[Any], seed: int, salt: int = 0) -> F64:
     Why draws by id and not by position: a row added to or taken from a corpus then changes the
     draws of that row alone. Drawn by position, a corpus one row shorter got a wholly new set of
     negatives and training sample, and a new threshold: measured on the OpenNMT WMT sample,
-    1.9% of its rows decided otherwise when one line was removed.
+    1.9% of its rows decided otherwise when one row was quarantined before a fresh clean.
     """
     with np.errstate(over="ignore"):
         x = np.asarray(keys, dtype=np.uint64) ^ np.uint64(

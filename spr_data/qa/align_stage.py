@@ -343,7 +343,7 @@ class AlignStage:
         info = state["info"]
         ids = np.asarray(batch.column(ID).to_numpy(), np.uint64)
         n = batch.num_rows
-        aligner = LexicalAligner.load(state["model"], expected_hash=info["model_hash"])
+        aligner = _model(state["model"], info["model_hash"])
         src, tgt = batch.column("src"), batch.column("tgt")
         scores = aligner.score(src, tgt) if n else np.zeros(0, dtype=np.float32)
         seen = np.isin(ids, np.load(state["trained_ids"], allow_pickle=False))
@@ -395,17 +395,23 @@ class _ScoreTask:
     hi: int
 
 
-#: the model a worker loaded for its last scoring task, by content hash: the next task of the
-#: same step reuses it (loading hashes every array and builds the lookup table)
+#: the model this process loaded last, by content hash
 _LOADED: dict[str, LexicalAligner] = {}
 
 
-def _score_task(task: _ScoreTask) -> np.ndarray:
-    aligner = _LOADED.get(task.model_hash)
+def _model(path: str | Path, model_hash: str) -> LexicalAligner:
+    """The model at ``path``, loaded once per process (loading hashes every array and builds
+    the lookup table): a worker's next scoring task or unit reuses it."""
+    aligner = _LOADED.get(model_hash)
     if aligner is None:
         _LOADED.clear()
-        aligner = LexicalAligner.load(task.model, expected_hash=task.model_hash)
-        _LOADED[task.model_hash] = aligner
+        aligner = LexicalAligner.load(path, expected_hash=model_hash)
+        _LOADED[model_hash] = aligner
+    return aligner
+
+
+def _score_task(task: _ScoreTask) -> np.ndarray:
+    aligner = _model(task.model, task.model_hash)
     with pa.memory_map(task.pairs) as source:
         table = pa.ipc.open_file(source).read_all().slice(task.lo, task.hi - task.lo)
     scores: np.ndarray = aligner.score(table.column("src"), table.column("tgt"))
