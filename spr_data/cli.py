@@ -68,6 +68,10 @@ OverwriteOption = Annotated[bool, typer.Option(
 RetriesOption = Annotated[int | None, typer.Option(
     "--retries", min=1, help="Give up a read after N attempts (default: retry a transient "
     "fault — EIO, ESTALE, a dropped connection… — with backoff for up to 5 minutes).")]
+WorkDirOption = Annotated[Path | None, typer.Option(
+    "--work-dir", help="With --out s3://…: where the run works before it uploads (a local "
+    "disk, or a shared mount for a Ray cluster; default: a directory per URL under "
+    "~/.cache/spr-data/runs). A rerun resumes there.")]
 CacheDirOption = Annotated[Path | None, typer.Option(
     "--cache-dir", help="Copy shards of a dataset on a network filesystem or URL here "
     "(verified) and map the copies.")]
@@ -245,7 +249,9 @@ def ingest(
     inputs: Annotated[list[str], typer.Argument(
         help="Input files (paths, or URLs: s3://bucket/key, https://…); a Moses pair is two "
         "files.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Dataset directory to write.")],
+    out: Annotated[str, typer.Option(
+        "--out", "-o", help="Dataset directory to write, or an object store's prefix "
+        "(s3://bucket/prefix).")],
     format: Annotated[str | None, typer.Option(
         "--format", help="tsv|moses|jsonl|parquet|text (default: from the file names).")] = None,
     langs: Annotated[str | None, typer.Option(
@@ -270,6 +276,7 @@ def ingest(
         "cores when the inputs hold 16 MiB or more); the same bytes for any number.")] = None,
     executor: ExecutorOption = "local",
     ray_address: RayAddressOption = None,
+    work_dir: WorkDirOption = None,
 ) -> None:
     """Turn raw corpora into a sharded Arrow dataset with a manifest."""
     from spr_data import render
@@ -287,7 +294,7 @@ def ingest(
             keys=_split_list(keys), shard_rows=shard_rows, shard_bytes=parse_size(shard_bytes),
             overwrite=overwrite, on_progress=progress,
             retry=_reader(retries, None).retry, workers=None if runner else workers,
-            executor=runner)
+            executor=runner, work_dir=work_dir)
     if as_json:
         console.print_json(summary.to_json())
     else:
@@ -298,7 +305,9 @@ def ingest(
 @_reports_errors
 def clean(
     dataset: Annotated[str, typer.Argument(help="Dataset directory or URL to clean.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the kept rows.")],
+    out: Annotated[str, typer.Option(
+        "--out", "-o", help="Directory for the kept rows, or an object store's prefix "
+        "(s3://bucket/prefix).")],
     recipe: Annotated[Path | None, typer.Option(
         "--recipe", help="TOML recipe (default: built-in defaults for the languages).")] = None,
     workers: WorkersOption = None,
@@ -314,6 +323,7 @@ def clean(
         "recipe's max_reason_share (default 0.5) of the rows.")] = False,
     executor: ExecutorOption = "local",
     ray_address: RayAddressOption = None,
+    work_dir: WorkDirOption = None,
 ) -> None:
     """Run the QA stages: keep good rows, keep every rejected row with its reasons."""
     from spr_data import render
@@ -324,7 +334,7 @@ def clean(
         report = run_clean(dataset, out, recipe=recipe, workers=None if runner else workers,
                            quarantine=quarantine, overwrite=overwrite, on_progress=progress,
                            reader=_reader(retries, cache_dir), allow_heavy_loss=allow_heavy_loss,
-                           executor=runner)
+                           executor=runner, work_dir=work_dir)
     if as_json:
         data = report.to_json()
         data.pop("distributions", None)  # the full histograms are in report.json
@@ -340,7 +350,9 @@ def tokenize(
     tokenizer: Annotated[str, typer.Option(
         "--tokenizer", "-t", help="[NAME=]PATH of a SentencePiece .model, HF tokenizer.json, "
         "GPT-2 vocab.json (merges.txt beside it) or tiktoken ranks file.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the output.")],
+    out: Annotated[str, typer.Option(
+        "--out", "-o", help="Directory for the output, or an object store's prefix "
+        "(s3://bucket/prefix).")],
     workers: WorkersOption = None,
     overwrite: OverwriteOption = False,
     retries: RetriesOption = None,
@@ -349,6 +361,7 @@ def tokenize(
     quiet: QuietOption = False,
     executor: ExecutorOption = "local",
     ray_address: RayAddressOption = None,
+    work_dir: WorkDirOption = None,
 ) -> None:
     """Add token-id columns (src_ids/tgt_ids or text_ids) for training."""
     from spr_data import render
@@ -359,7 +372,7 @@ def tokenize(
         report = run_tokenize(dataset, out, tokenizer=tokenizer,
                               workers=None if runner else workers, overwrite=overwrite,
                               on_progress=progress, reader=_reader(retries, cache_dir),
-                              executor=runner)
+                              executor=runner, work_dir=work_dir)
     if as_json:
         console.print_json(report.to_json())
     else:

@@ -26,7 +26,8 @@ from spr_data.errors import LockError, OutputError
 from spr_data.fsio import os_error_message
 from spr_data.reader import check_local_output
 
-__all__ = ["LOCK_NAME", "OutputLock", "holder_alive", "output_lock", "process_identity"]
+__all__ = ["LOCK_NAME", "OutputLock", "describe_holder", "holder_alive", "output_lock",
+           "process_identity"]
 
 LOCK_NAME = ".spr-data.lock"
 #: errno values that mean "this filesystem does not do locks", not "someone holds it".
@@ -76,7 +77,7 @@ def holder_alive(record: dict[str, Any]) -> bool | None:
     return ticks is not None and ticks == record.get("start_ticks")
 
 
-def _describe(record: dict[str, Any] | None) -> str:
+def describe_holder(record: dict[str, Any] | None) -> str:
     if not record:
         return "another spr-data run (it is starting)"
     return (f"pid {record.get('pid')} on {record.get('host')}, started {record.get('started')}: "
@@ -169,7 +170,7 @@ def acquire(out: Path, command: str) -> OutputLock:
         except BlockingIOError:
             holder = _read_record(fd)
             os.close(fd)
-            raise LockError(f"{out} is in use by another run ({_describe(holder)}); wait for "
+            raise LockError(f"{out} is in use by another run ({describe_holder(holder)}); wait for "
                             "it to finish or choose another --out") from None
         except OSError as exc:
             os.close(fd)
@@ -202,8 +203,8 @@ def acquire(out: Path, command: str) -> OutputLock:
             where = ("another host" if alive is None else "a process the filesystem's locks "
                      "do not reach")
             raise LockError(
-                f"{out} is in use by another run ({_describe(found)}) on {where}; wait for it "
-                f"to finish, or if it is gone remove {path}")
+                f"{out} is in use by another run ({describe_holder(found)}) on {where}; wait "
+                f"for it to finish, or if it is gone remove {path}")
         took_over = found
     # no fsync: after a crash of the machine the boot id tells the record is stale anyway
     record = json.dumps(process_identity(command)).encode()
@@ -224,7 +225,7 @@ def output_lock(out: str | Path, command: str | None = None) -> Iterator[OutputL
     lock = acquire(Path(out), command or " ".join(sys.argv))
     if lock.took_over:
         print(f"spr-data: took over the stale lock of {out} "
-              f"({_describe(lock.took_over)}: that process is gone)", file=sys.stderr)
+              f"({describe_holder(lock.took_over)}: that process is gone)", file=sys.stderr)
     try:
         yield lock
     except BaseException:

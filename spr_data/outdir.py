@@ -25,6 +25,7 @@ from spr_data.manifest import MANIFEST_NAME, Manifest, read_manifest, write_mani
 
 __all__ = [
     "CARD_NAME",
+    "EXTRA_FILES",
     "REJECTS_DIR",
     "WORK_DIR",
     "OutputLock",
@@ -48,7 +49,7 @@ WORK_DIR = ".work"
 _OWNED = {REJECTS_DIR, MANIFEST_NAME, WORK_DIR, CARD_NAME, "report.json", "report.html",
           "align_model.npz"}
 #: files a stage writes beside its manifest (the dataset card; clean's report and model)
-_EXTRA = (CARD_NAME, "report.json", "report.html", "align_model.npz")
+EXTRA_FILES = (CARD_NAME, "report.json", "report.html", "align_model.npz")
 _OUTPUTS = "outputs"
 #: in the work state: one empty file per token a process of the run names its temp files with
 _TAGS = "tags"
@@ -137,7 +138,7 @@ def _dataset_files(out: Path) -> list[str]:
         raise OutputError(f"{out} holds a manifest that cannot be read, so which files are the "
                           f"dataset's is unknown ({exc}); remove the directory yourself or "
                           "choose another --out") from None
-    names = [MANIFEST_NAME, *_EXTRA, *(s.file for s in manifest.shards)]
+    names = [MANIFEST_NAME, *EXTRA_FILES, *(s.file for s in manifest.shards)]
     if (out / CARD_NAME).exists() and not is_card(out / CARD_NAME):
         names.remove(CARD_NAME)  # a README.md of the user's own, beside an older dataset
     if manifest.rejects_dir and (out / manifest.rejects_dir / MANIFEST_NAME).is_file():

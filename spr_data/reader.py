@@ -53,6 +53,7 @@ __all__ = [
     "RetryPolicy",
     "RetryingFile",
     "TransientError",
+    "arrow_call",
     "check_local_output",
     "check_no_credentials",
     "check_size",
@@ -303,7 +304,7 @@ class _ArrowFile(io.RawIOBase):
         return int(self.inner.tell())
 
     def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        return _arrow_call(lambda: int(self.inner.readinto(buffer)), self.key)
+        return arrow_call(lambda: int(self.inner.readinto(buffer)), self.key)
 
     def close(self) -> None:
         self.inner.close()
@@ -319,7 +320,7 @@ _UNREACHABLE = ("couldnotconnect", "couldnotresolve", "curlcode:6,", "curlcode:7
                 "connectionrefused")
 
 
-def _arrow_call(call: Callable[[], _T], key: str, *, answers: bool = True) -> _T:
+def arrow_call(call: Callable[[], _T], key: str, *, answers: bool = True) -> _T:
     """pyarrow's object-store clients raise a bare OSError (their own retries exhausted):
     a missing bucket or object and refused credentials are permanent; an endpoint that this
     process never reached (nothing listening, a wrong host) fails at once like a refused
@@ -388,7 +389,7 @@ class ArrowFileSystem:
     def __init__(self, filesystem: Any = None) -> None:
         self.filesystem = filesystem
 
-    def _resolve(self, location: str) -> tuple[Any, str, str, str | None]:
+    def resolve(self, location: str) -> tuple[Any, str, str, str | None]:
         """(client, its path for ``location``, the endpoint's key, the bucket if any)."""
         import pyarrow.fs
 
@@ -421,7 +422,7 @@ class ArrowFileSystem:
                 return (client, bucket + urllib.parse.unquote(parts.path).rstrip("/"), key,
                         bucket)
         try:
-            client, path = _arrow_call(lambda: pyarrow.fs.FileSystem.from_uri(location), key,
+            client, path = arrow_call(lambda: pyarrow.fs.FileSystem.from_uri(location), key,
                                        answers=False)
         except ValueError as exc:  # pyarrow.ArrowInvalid: a URL it does not understand
             raise InputError(f"{location}: {exc}") from exc
@@ -430,15 +431,15 @@ class ArrowFileSystem:
         return client, str(path), key, bucket
 
     def open(self, path: str) -> BinaryIO:
-        client, inner, key, _ = self._resolve(path)
-        return _ArrowFile(_arrow_call(lambda: client.open_input_file(inner), key),  # type: ignore[return-value]
+        client, inner, key, _ = self.resolve(path)
+        return _ArrowFile(arrow_call(lambda: client.open_input_file(inner), key),  # type: ignore[return-value]
                           key)
 
     def size(self, path: str) -> int:
         import pyarrow.fs
 
-        client, inner, key, bucket = self._resolve(path)
-        info = _arrow_call(lambda: client.get_file_info(inner), key)
+        client, inner, key, bucket = self.resolve(path)
+        info = arrow_call(lambda: client.get_file_info(inner), key)
         if info.type == pyarrow.fs.FileType.NotFound:
             raise FileNotFoundError(errno.ENOENT, self._missing(client, bucket, key), path)
         if info.type == pyarrow.fs.FileType.Directory:
@@ -452,7 +453,7 @@ class ArrowFileSystem:
         if bucket is None:
             return "No such file"
         try:
-            found = _arrow_call(lambda: client.get_file_info(bucket), key)
+            found = arrow_call(lambda: client.get_file_info(bucket), key)
         except OSError:
             return "No such object"
         if found.type == pyarrow.fs.FileType.NotFound:

@@ -26,6 +26,7 @@ from rich.text import Text
 
 from spr_data import console
 from spr_data.outdir import REJECTS_DIR
+from spr_data.reader import join_location
 
 if TYPE_CHECKING:
     from spr_data.info import DatasetInfo
@@ -327,12 +328,12 @@ def show_ingest(summary: IngestSummary) -> None:
                                         [[k, f"{v:,}"] for k, v in summary.rejects.items()]))
 
 
-def show_clean(report: CleanReport, out: Path) -> None:
+def show_clean(report: CleanReport, out: str | Path) -> None:
     """The kept share, the waterfall of stages and warnings; ``out`` as the user named it."""
     console.out.print(
         f"[bold]{out}[/]: kept {report.rows_kept:,} of {report.rows_in:,} rows "
         f"({report.rows_kept / max(report.rows_in, 1):.1%}); rejected {report.rows_rejected:,} "
-        f"→ {out / REJECTS_DIR}; {report.seconds:.1f} s")
+        f"→ {join_location(str(out), REJECTS_DIR)}; {report.seconds:.1f} s")
     rows = []
     for stage in report.stages:
         rows.append([stage["name"], f"{stage['rows_in']:,}", f"-{stage['removed']:,}",
@@ -347,10 +348,10 @@ def show_clean(report: CleanReport, out: Path) -> None:
     if report.align:
         console.out.print(f"alignment threshold {report.align['threshold']:.3f} "
                           f"(trained on {report.align['trained_on']:,} pairs); "
-                          f"details in {out / 'report.json'}")
+                          f"details in {join_location(str(out), 'report.json')}")
 
 
-def show_tokenize(report: TokenizeReport, out: Path) -> None:
+def show_tokenize(report: TokenizeReport, out: str | Path) -> None:
     tokens = ", ".join(f"{name} {count:,}" for name, count in report.tokens.items())
     console.out.print(f"[bold]{out}[/]: {report.rows:,} rows tokenized with "
                       f"{report.tokenizer['name']} ({report.id_type} ids; {tokens} tokens); "

@@ -36,6 +36,14 @@ def corpora() -> Path:
     return CORPORA
 
 
+@pytest.fixture(scope="module")
+def s3(corpora: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A real S3 server on loopback for the module (see ``tests/test_s3.py``)."""
+    from tests.test_s3 import serve_s3
+
+    yield from serve_s3(corpora, tmp_path_factory)
+
+
 @pytest.fixture(scope="session")
 def multi30k_ds(corpora: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Multi30k en-de train (29,000 real pairs) ingested in 4 shards: a clean of it with

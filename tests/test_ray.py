@@ -123,6 +123,31 @@ def test_ray_clean_is_byte_identical_to_a_local_clean(corpus: Path, local_clean:
     assert np.array_equal(np.sort(np.concatenate([kept, rejected])), np.sort(all_ids(corpus)))
 
 
+def test_ray_clean_from_s3_into_s3_is_byte_identical_to_a_local_clean(
+        corpus: Path, local_clean: Path, ray_address: str, s3: Any, tmp_path: Path):
+    """Input and output on a real S3 server (the ``s3`` fixture): the tasks read the input's
+    verified local copies, the run works in --work-dir, and the upload is the local bytes."""
+    from tests.test_s3_output import objects
+
+    s3.upload(corpus, "ray/ds")
+    with RayExecutor(ray_address) as executor:
+        clean(s3.url("ray/ds"), s3.url("ray/clean"), executor=executor,
+              work_dir=tmp_path / "run")
+    got = tmp_path / "downloaded"
+    for name, data in objects(s3, "ray/clean").items():
+        (got / name).parent.mkdir(parents=True, exist_ok=True)
+        (got / name).write_bytes(data)
+    lineage = json.loads((got / "manifest.json").read_text())["lineage"]
+    assert lineage["parent"]["path"] == s3.url("ray/ds")
+    for manifest in (got / "manifest.json", got / REJECTS_DIR / "manifest.json"):
+        data = json.loads(manifest.read_text())
+        data["lineage"]["parent"] = json.loads(
+            (local_clean / manifest.relative_to(got)).read_text())["lineage"]["parent"]
+        manifest.write_text(json.dumps(data))
+    assert_same_output(got, local_clean)
+    assert not (tmp_path / "run").exists()
+
+
 def test_ray_tokenize_is_byte_identical_to_a_local_tokenize(local_clean: Path, corpora: Path,
                                                             ray_address: str, tmp_path: Path):
     spec = f"gpt2={corpora / 'tokenizers/gpt2-vocab.json'}"

@@ -71,7 +71,7 @@ _SIDES = ("src", "tgt", "text")
 class CleanReport:
     """The waterfall and distributions of a clean run; ``to_json`` is ``report.json``."""
 
-    out: Path
+    out: str | Path
     rows_in: int
     rows_kept: int
     by_reason: dict[str, int]
@@ -447,6 +447,7 @@ def clean(
     reader: ReaderOptions | None = None,
     allow_heavy_loss: bool = False,
     executor: Executor | None = None,
+    work_dir: str | Path | None = None,
 ) -> CleanReport:
     """Clean ``dataset`` into ``out`` (kept rows) and ``out/_rejects`` (every rejected row).
 
@@ -458,7 +459,9 @@ def clean(
     the run's work and report stay under ``out/.work``) unless ``allow_heavy_loss``; a rerun
     with it resumes from that work. The tasks run on ``executor`` (e.g. a
     :class:`~spr_data.pipeline.ray_executor.RayExecutor`; default: ``workers`` local
-    processes); the output is the same bytes on any executor.
+    processes); the output is the same bytes on any executor. ``out`` may be an object
+    store's prefix (``s3://bucket/prefix``): the run then works in ``work_dir`` (default: a
+    directory per URL in the user's cache) and publishes by upload, manifest last.
     """
     started = time.perf_counter()
     source = open_input(dataset, out, command="clean", reader=reader)
@@ -479,7 +482,8 @@ def clean(
     # the lock is held for the whole run; a failed run keeps its work state (it resumes from
     # it) and never removes what it did not write
     with ShardRun("clean", source, out, identity=identity, overwrite=overwrite,
-                  executor=executor, workers=workers, on_progress=on_progress) as run:
+                  executor=executor, workers=workers, on_progress=on_progress,
+                  work_dir=work_dir) as run:
         report = _run(run, resolved, stages, allow_heavy_loss)
     report.seconds = time.perf_counter() - started
     return report
@@ -564,7 +568,7 @@ def _finish(run: ShardRun, recipe: Recipe, stages: list[Stage],
         align_info = {**info, "histograms": {**info["histograms"], **decided}}
     quarantined = stage_sums.get("quarantine", {}).get("quarantined")
     report = CleanReport(
-        out=run.out, rows_in=rows_in, rows_kept=rows_kept, by_reason=counts,
+        out=run.location, rows_in=rows_in, rows_kept=rows_kept, by_reason=counts,
         all_reasons=dict(sorted(all_reasons.items())),
         stages=_waterfall(rows_in, counts, stages),
         distributions={name: _summarize(hist, name) for name, hist in histograms.items()},
@@ -589,7 +593,9 @@ def _finish(run: ShardRun, recipe: Recipe, stages: list[Stage],
                            Path(states["align"]["model"]).read_bytes(), tag=tag)
     lineage = run.lineage(recipe=recipe.to_json(), recipe_hash=recipe.digest,
                           options={"workers": run.executor.workers})
-    run.publish(kept, rejected=rejected, rejects=counts, lineage=lineage)
+    run.publish(kept, rejected=rejected, rejects=counts, lineage=lineage,
+                extras=["report.json", "report.html"]
+                + (["align_model.npz"] if "align" in states else []))
     return report
 
 

@@ -17,6 +17,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -49,7 +50,8 @@ from spr_data.pipeline.sources import (
     path_text,
     plan_sources,
 )
-from spr_data.reader import RetryPolicy, check_local_output
+from spr_data.reader import RetryPolicy
+from spr_data.remote_output import RemoteOutput, check_output_location, is_remote_output
 from spr_data.schema import ORIGIN_TYPE, RAW, Kind, ingest_rejects_schema, rows_schema, text_columns
 from spr_data.writer import DEFAULT_SHARD_BYTES, MAX_SHARD_BYTES, ShardWriter
 
@@ -62,7 +64,7 @@ _REASONS = np.array(REJECT_REASONS, dtype=object)
 class IngestSummary:
     """What an ingest run produced; ``to_json`` is the CLI's ``--json`` output."""
 
-    out: Path
+    out: str | Path
     kind: str
     langs: list[str]
     records: int
@@ -100,6 +102,7 @@ def ingest(
     retry: RetryPolicy | None = None,
     workers: int | None = None,
     executor: Executor | None = None,
+    work_dir: str | Path | None = None,
 ) -> IngestSummary:
     """Read ``inputs`` and write the dataset directory ``out``.
 
@@ -107,15 +110,19 @@ def ingest(
     error, the files this call wrote are removed and no manifest is left behind. Reads of the
     inputs are retried as ``retry`` says when they fail transiently (a NAS blip). Several
     inputs are parsed in parallel on ``executor``, or ``workers`` local processes (default: all
-    cores when the inputs hold 16 MiB or more); the output is the same bytes either way.
+    cores when the inputs hold 16 MiB or more); the output is the same bytes either way. An
+    ``out`` on an object store (``s3://bucket/prefix``) is written in ``work_dir`` (default: a
+    directory per URL in the user's cache), then uploaded, manifest last.
     """
     started = time.perf_counter()
-    check_local_output(out)
+    location = check_output_location(out)
     _check_shard_limits(shard_rows, shard_bytes)
-    _check_out_name(Path(out))
+    target = (RemoteOutput.of(location, work_dir, retry)
+              if is_remote_output(location) else None)
+    out = target.run_dir if target is not None else Path(out)
+    _check_out_name(out)
     plan = plan_sources(inputs, format=format, langs=langs, columns=columns, keys=keys,
                         retry=retry)
-    out = Path(out)
     total_bytes = sum(f.size for s in plan.sources for f in s.files)
     done = 0
 
@@ -125,14 +132,22 @@ def ingest(
         if on_progress is not None:
             on_progress(done, total_bytes)
 
-    with output_lock(out, command="ingest") as _lock:
-        prepare_output(out, overwrite=overwrite)
-        manifest, lineage, counts, next_id = _write_dataset(
-            plan, out, format, columns, keys, shard_rows, shard_bytes, advance,
-            workers=workers, executor=executor)
+    with ExitStack() as stack:
+        if target is not None:  # the run directory is scratch: a run there starts over
+            stack.enter_context(target.locked("ingest"))
+            target.check(overwrite=overwrite)
+        with output_lock(out, command="ingest"):
+            prepare_output(out, overwrite=overwrite or target is not None)
+            manifest, lineage, counts, next_id = _write_dataset(
+                plan, out, format, columns, keys, shard_rows, shard_bytes, advance,
+                workers=workers, executor=executor)
+        if target is not None:
+            target.upload(out)
+            target.remove_run_dir()
     inputs_lineage: list[dict[str, Any]] = lineage["inputs"]  # type: ignore[assignment]
     return IngestSummary(
-        out=out, kind=plan.kind, langs=plan.langs, records=next_id, rows=manifest.rows,
+        out=location if target is not None else out, kind=plan.kind, langs=plan.langs,
+        records=next_id, rows=manifest.rows,
         rejects=counts, shards=len(manifest.shards), bytes=manifest.bytes,
         input_bytes=total_bytes, seconds=time.perf_counter() - started,
         inputs=inputs_lineage)

@@ -16,16 +16,19 @@ runner owns the rest:
   hash), the one resume rule (:mod:`spr_data.pipeline.units`), progress;
 * accounting: the ids of each unit's output and reject shards are exactly its input ids, none
   twice, checked from the files before anything is published;
-* lineage and the manifests, published last; the work state removed once they are.
+* lineage and the manifests, published last; the work state removed once they are;
+* an output on an object store (``s3://…``): the same run in a local run directory, published
+  by upload, manifest last (:mod:`spr_data.remote_output`).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import types
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,9 +37,10 @@ import numpy as np
 import pyarrow as pa
 
 from spr_data._version import __version__
+from spr_data.card import write_card
 from spr_data.dataset import Dataset, open_dataset
 from spr_data.errors import DatasetError, InputError, SprDataError
-from spr_data.manifest import Manifest, ShardInfo
+from spr_data.manifest import Manifest, ShardInfo, write_manifest
 from spr_data.outdir import (
     REJECTS_DIR,
     WORK_DIR,
@@ -48,7 +52,13 @@ from spr_data.outdir import (
 )
 from spr_data.pipeline.executor import Executor, executor_for
 from spr_data.pipeline.units import unit_rows
-from spr_data.reader import ReaderOptions, check_local_output
+from spr_data.reader import ReaderOptions
+from spr_data.remote_output import (
+    RemoteOutput,
+    check_output_location,
+    is_remote_output,
+    output_location,
+)
 from spr_data.schema import ID
 from spr_data.verify import check_shard_hash, check_shards
 from spr_data.writer import shard_name
@@ -88,14 +98,18 @@ def open_input(dataset: str | Path, out: str | Path, *, command: str,
                reader: ReaderOptions | None) -> Dataset:
     """The dataset a shard command reads: a rows dataset with rows, its manifest checked
     against the shards' footers (local ones: a networked dataset's are checked once copied),
-    and not the output directory itself (nor a URL: outputs are local or mounted)."""
-    check_local_output(out)
+    and not the output itself."""
+    location = check_output_location(out)
     source = open_dataset(str(dataset), reader=reader)
     if source.manifest.role != "rows":
         raise DatasetError(f"{dataset} is a rejects dataset; {command} its parent instead")
     if not source.remote:  # the manifest against the shards' own footers, before any plan
         check_shards(source.shard_paths, source.manifest)
-    if Path(out).resolve() == Path(dataset).resolve():
+    if is_remote_output(location):
+        same = location.split("?")[0].rstrip("/") == str(dataset).split("?")[0].rstrip("/")
+    else:
+        same = Path(out).resolve() == Path(dataset).resolve()
+    if same:
         raise InputError("--out must differ from the input dataset")
     if not len(source):
         raise DatasetError(f"{dataset} has no rows to {command}"
@@ -111,15 +125,26 @@ class ShardRun:
     ``identity`` (a dict of what decides the output: input digest, options, version) and
     plans the units; leaving releases the executor (if the run made it) and the lock. The
     work state under ``out/.work`` outlives a failed run, which resumes from it.
+
+    An ``out`` on an object store (``s3://bucket/prefix``) is locked and checked there as
+    well; the run works in ``work_dir`` (default: a directory per URL in the user's cache)
+    and :meth:`publish` uploads. ``out`` is then that run directory and ``location`` the URL.
     """
 
     def __init__(self, command: str, source: Dataset, out: str | Path, *,
                  identity: dict[str, Any], overwrite: bool = False,
                  executor: Executor | None = None, workers: int | None = None,
-                 on_progress: Callable[[str, int, int], None] | None = None) -> None:
+                 on_progress: Callable[[str, int, int], None] | None = None,
+                 work_dir: str | Path | None = None) -> None:
         self.command = command
         self.source = source
-        self.out = Path(out)
+        #: the output as the user named it: a directory, or a URL
+        self.location = output_location(out)
+        self.target = (RemoteOutput.of(self.location, work_dir)
+                       if is_remote_output(self.location) else None)
+        #: the directory the run writes: the output itself, or a remote output's run directory
+        self.out = self.target.run_dir if self.target is not None else Path(out)
+        self._uploaded = False
         self.work = self.out / WORK_DIR
         #: where tasks write the output's shards (``shard_name`` paths, rejects under
         #: ``_rejects/``): inside the work directory until the run publishes, so that a
@@ -139,6 +164,9 @@ class ShardRun:
 
     def __enter__(self) -> ShardRun:
         with ExitStack() as stack:
+            if self.target is not None:
+                stack.enter_context(self.target.locked(self.command))
+                self.target.check(overwrite=self.overwrite)
             stack.enter_context(output_lock(self.out, command=self.command))
             prepare_output(self.out, overwrite=self.overwrite, resume=True)
             check_run(self.work, self.identity, overwrite=self.overwrite)
@@ -160,6 +188,8 @@ class ShardRun:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: types.TracebackType | None) -> None:
         self._stack.__exit__(exc_type, exc, tb)
+        if self.target is not None and self._uploaded:
+            self.target.remove_run_dir()
 
     @property
     def executor(self) -> Executor:
@@ -233,30 +263,63 @@ class ShardRun:
 
     def publish(self, kept: Sequence[ShardInfo], *, lineage: dict[str, Any],
                 rejected: Sequence[ShardInfo] | None = None,
-                rejects: dict[str, int] | None = None) -> None:
+                rejects: dict[str, int] | None = None, extras: Sequence[str] = ()) -> None:
         """Check the accounting, move the staged shards into place, then publish the output's
-        manifests (the rejects' first, the dataset's last) and remove the work state."""
+        manifests (the rejects' first, the dataset's last) and remove the work state.
+        ``extras``: files the command wrote into ``out`` that belong to the dataset (its
+        report); a remote output uploads them with it."""
         self.check_accounting(kept, rejected)
         schema = _schema_of(self.staging, kept)
-        reject_schema = (_schema_of(self.staging / REJECTS_DIR, rejected)
-                         if rejected is not None else None)
-        if rejected is not None:
-            (self.out / REJECTS_DIR).mkdir(exist_ok=True)
-        for name in [s.file for s in kept] + [f"{REJECTS_DIR}/{s.file}" for s in rejected or ()]:
-            (self.staging / name).replace(self.out / name)
         manifest = self.source.manifest
         common: dict[str, Any] = dict(kind=manifest.kind, langs=self.source.langs,
                                       rows_in=self.rows, id_bound=manifest.id_bound,
                                       lineage=lineage)
-        if rejected is None:
-            publish(self.out, Manifest(role="rows", schema=schema, shards=list(kept), **common))
-        else:
+        dataset = Manifest(role="rows", schema=schema, shards=list(kept), **common)
+        reject_manifest = None
+        if rejected is not None:
             counts = rejects or {}
-            publish(self.out, Manifest(role="rows", schema=schema, shards=list(kept),
-                                       rejects=counts, rejects_dir=REJECTS_DIR, **common),
-                    rejects=Manifest(role="rejects", schema=reject_schema,
-                                     shards=list(rejected), rejects=counts, **common))
+            dataset = replace(dataset, rejects=counts, rejects_dir=REJECTS_DIR)
+            reject_manifest = Manifest(role="rejects",
+                                       schema=_schema_of(self.staging / REJECTS_DIR, rejected),
+                                       shards=list(rejected), rejects=counts, **common)
+        names = [s.file for s in kept] + [f"{REJECTS_DIR}/{s.file}" for s in rejected or ()]
+        if self.target is not None:
+            self._upload(self.target, names, list(extras), dataset, reject_manifest)
+            return
+        if rejected is not None:
+            (self.out / REJECTS_DIR).mkdir(exist_ok=True)
+        for name in names:
+            (self.staging / name).replace(self.out / name)
+        publish(self.out, dataset, rejects=reject_manifest)
         shutil.rmtree(self.work, ignore_errors=True)
+
+    def _upload(self, target: RemoteOutput, names: list[str], extras: list[str],
+                dataset: Manifest, rejects: Manifest | None) -> None:
+        """Publish to the remote output: the finished dataset is put together in the work
+        directory (hard links to the staged shards, which stay where a rerun's resume check
+        finds them: a killed upload resumes with the upload) and uploaded, manifest last."""
+        final = self.work / "publish"
+        shutil.rmtree(final, ignore_errors=True)
+        (final / REJECTS_DIR).mkdir(parents=True)
+        for name in names:
+            _link(self.staging / name, final / name)
+        for name in extras:
+            _link(self.out / name, final / name)
+        if rejects is not None:
+            write_card(final / REJECTS_DIR, rejects)
+            write_manifest(final / REJECTS_DIR, rejects)
+        write_card(final, dataset, rejects)
+        write_manifest(final, dataset)
+        target.upload(final)
+        self._uploaded = True
+
+
+def _link(source: Path, target: Path) -> None:
+    """``target`` as a second name of ``source`` (a copy where links cannot be made)."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 def _ids(path: Path) -> np.ndarray:

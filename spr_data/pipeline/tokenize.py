@@ -68,7 +68,7 @@ def row_sizes(ds: Dataset) -> Callable[[np.ndarray], np.ndarray]:
 
 @dataclass
 class TokenizeReport:
-    out: Path
+    out: str | Path
     rows: int
     tokens: dict[str, int]
     id_type: str
@@ -150,7 +150,8 @@ def tokenize(dataset: str | Path, out: str | Path, *, tokenizer: str,
              workers: int | None = None, overwrite: bool = False,
              on_progress: Callable[[str, int, int], None] | None = None,
              reader: ReaderOptions | None = None,
-             executor: Executor | None = None) -> TokenizeReport:
+             executor: Executor | None = None,
+             work_dir: str | Path | None = None) -> TokenizeReport:
     """Write ``out``: every row of ``dataset`` with token-id columns added.
 
     ``tokenizer`` is what ``load_tokenizer`` takes (``[NAME=]PATH``). A run killed at any
@@ -158,7 +159,8 @@ def tokenize(dataset: str | Path, out: str | Path, *, tokenizer: str,
     A dataset on a network filesystem or URL is read as ``reader`` says, its shards copied
     (verified) to local disk for the workers. ``out`` is locked for the whole run; a failed
     run keeps its work state (it resumes from it) and removes nothing it did not write. The
-    per-shard tasks run on ``executor`` (default: ``workers`` local processes).
+    per-shard tasks run on ``executor`` (default: ``workers`` local processes). An ``out`` on
+    an object store (``s3://…``) is written by upload, the run working in ``work_dir``.
     """
     started = time.perf_counter()
     source = open_input(dataset, out, command="tokenize", reader=reader)
@@ -179,7 +181,8 @@ def tokenize(dataset: str | Path, out: str | Path, *, tokenizer: str,
     identity = {"input": source.manifest_digest,
                 "tokenizer": tokenizer_info["sha256"], "tool_version": __version__}
     with ShardRun("tokenize", source, out, identity=identity, overwrite=overwrite,
-                  executor=executor, workers=workers, on_progress=on_progress) as run:
+                  executor=executor, workers=workers, on_progress=on_progress,
+                  work_dir=work_dir) as run:
         tasks = [_Task(unit, columns, spec, id_type, str(run.staging), str(run.work))
                  for unit in run.units]
         run.claim(*run.output_names())
@@ -190,6 +193,6 @@ def tokenize(dataset: str | Path, out: str | Path, *, tokenizer: str,
         used = run.executor.workers
         run.publish(shards, lineage=run.lineage(tokenizer=tokenizer_info, id_type=id_type,
                                                 tokens=tokens, options={"workers": used}))
-    return TokenizeReport(run.out, len(source), tokens, id_type, tokenizer_info,
+    return TokenizeReport(run.location, len(source), tokens, id_type, tokenizer_info,
                           time.perf_counter() - started, used,
                           sum(1 for r in results.values() if r.get("resumed")))
