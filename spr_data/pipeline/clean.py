@@ -568,7 +568,7 @@ def _finish(run: ShardRun, recipe: Recipe, stages: list[Stage],
         align_info = {**info, "histograms": {**info["histograms"], **decided}}
     quarantined = stage_sums.get("quarantine", {}).get("quarantined")
     report = CleanReport(
-        out=run.location, rows_in=rows_in, rows_kept=rows_kept, by_reason=counts,
+        out=run.destination, rows_in=rows_in, rows_kept=rows_kept, by_reason=counts,
         all_reasons=dict(sorted(all_reasons.items())),
         stages=_waterfall(rows_in, counts, stages),
         distributions={name: _summarize(hist, name) for name, hist in histograms.items()},

@@ -198,6 +198,11 @@ class ShardRun:
         return self._executor
 
     @property
+    def destination(self) -> str | Path:
+        """Where the output is published: the directory, or the remote output's URL."""
+        return self.location if self.target is not None else self.out
+
+    @property
     def rows(self) -> int:
         return len(self.source)
 

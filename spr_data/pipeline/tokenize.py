@@ -193,6 +193,6 @@ def tokenize(dataset: str | Path, out: str | Path, *, tokenizer: str,
         used = run.executor.workers
         run.publish(shards, lineage=run.lineage(tokenizer=tokenizer_info, id_type=id_type,
                                                 tokens=tokens, options={"workers": used}))
-    return TokenizeReport(run.location, len(source), tokens, id_type, tokenizer_info,
+    return TokenizeReport(run.destination, len(source), tokens, id_type, tokenizer_info,
                           time.perf_counter() - started, used,
                           sum(1 for r in results.values() if r.get("resumed")))

@@ -482,28 +482,62 @@ def _trained_cross(ids: np.ndarray, trained: np.ndarray) -> np.ndarray:
     return out
 
 
+@dataclass(frozen=True)
+class _SampleTask:
+    """One unit's part of the training sample: its rows no earlier stage rejected, counted
+    (``share`` < 0) or drawn by id at ``share`` into the Arrow file ``path``."""
+
+    context: CombineContext
+    unit: int
+    share: float
+    seed: int
+    path: str = ""
+
+
+def _sample_task(task: _SampleTask) -> int:
+    """Count (or draw and write) a unit's eligible rows: a task, so that picking the sample
+    reads the corpus on the workers, not in the driver. Returns the rows counted or drawn."""
+    table, rejected = task.context.rejected_before(task.unit)
+    positions = np.flatnonzero(~rejected)
+    if task.share < 0:
+        return int(positions.size)
+    if task.share < 1.0:
+        unit_ids = table.column(ID).to_numpy()[positions]
+        positions = positions[row_hash(unit_ids, task.seed, _SAMPLE_SALT) < task.share]
+    picked = table.select(["src", "tgt", ID]).take(pa.array(positions))
+    tmp = Path(task.path + TMP_SUFFIX)
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, picked.schema) as out:
+        out.write_table(picked)
+    tmp.replace(task.path)
+    return int(positions.size)
+
+
 def _training_pairs(context: CombineContext, limit: int,
                     seed: int) -> tuple[pa.Array, pa.Array, np.ndarray]:
     """Rows no earlier stage rejected, a uniform sample of them drawn by id (at most about
     ``limit``; all of them when there are no more): their sources, targets and ids. Drawn by
-    id, a row added or removed changes the sample by that row alone."""
-    eligible = []
-    for unit in range(len(context.scored)):
-        _, rejected = context.rejected_before(unit)
-        eligible.append(int((~rejected).sum()))
-    total = sum(eligible)
+    id, a row added or removed changes the sample by that row alone. Counted, then drawn, by
+    one task per unit (each writes its part to a work file, read back here in unit order)."""
+    units = range(len(context.scored))
+    counts = dict(context.map(_sample_task, [_SampleTask(context, u, -1.0, seed)
+                                             for u in units]))
+    total = sum(counts.values())
     share = min(1.0, limit / total) if total else 1.0
+    tasks = [_SampleTask(context, u, share, seed, str(context.work / f"align-sample-{u:05d}"))
+             for u in units]
     src_parts, tgt_parts, id_parts = [], [], []
-    for unit in range(len(context.scored)):
-        table, rejected = context.rejected_before(unit)
-        positions = np.flatnonzero(~rejected)
-        if share < 1.0:
-            unit_ids = table.column(ID).to_numpy()[positions]
-            positions = positions[row_hash(unit_ids, seed, _SAMPLE_SALT) < share]
-        picked = table.select(["src", "tgt", ID]).take(pa.array(positions))
-        src_parts.append(picked.column("src").combine_chunks())
-        tgt_parts.append(picked.column("tgt").combine_chunks())
-        id_parts.append(picked.column(ID).to_numpy())
+    try:
+        for _ in context.map(_sample_task, tasks):
+            pass
+        for task in tasks:  # in unit order
+            with pa.memory_map(task.path) as source:
+                picked = pa.ipc.open_file(source).read_all()
+            src_parts.append(picked.column("src").combine_chunks())
+            tgt_parts.append(picked.column("tgt").combine_chunks())
+            id_parts.append(picked.column(ID).to_numpy())
+    finally:
+        for task in tasks:
+            Path(task.path).unlink(missing_ok=True)
     if not src_parts:
         return pa.array([], pa.string()), pa.array([], pa.string()), np.zeros(0, np.uint64)
     return (pa.concat_arrays(src_parts), pa.concat_arrays(tgt_parts),
