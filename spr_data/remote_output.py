@@ -32,6 +32,7 @@ import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,8 @@ _T = TypeVar("_T")
 #: what a run records in the prefix before it uploads: the names it writes and replaces
 UPLOAD_RECORD = f"{WORK_DIR}/upload.json"
 _CHUNK = 8 << 20
+#: objects uploaded at once
+_UPLOADS = 8
 #: URL schemes that name a web server, not a store spr-data could write to
 _READ_ONLY = ("http", "https")
 #: a URL that went through ``pathlib.Path``: ``s3://b/k`` became ``s3:/b/k``
@@ -344,9 +347,11 @@ class RemoteOutput:
                 f"{', '.join(strangers[:3])}, which spr-data did not write); choose a new or "
                 "empty prefix, or move those objects away")
 
-    def upload(self, directory: Path, on_file: Callable[[str], None] | None = None) -> None:
+    def upload(self, directory: Path) -> None:
         """Publish the finished dataset in ``directory`` to the prefix (see the module's
-        docstring for the order), replacing the dataset there."""
+        docstring for the order), replacing the dataset there. The shards and extras go up
+        ``_UPLOADS`` at a time (an object store's bandwidth is per connection); the cards
+        and manifests one by one, in order, after them."""
         new = dataset_files(directory)
         names = set(self._names())
         recorded = self._read_json(UPLOAD_RECORD) or {}
@@ -358,10 +363,12 @@ class RemoteOutput:
         for name in (MANIFEST_NAME, *(n for n in replacing if n.endswith("/" + MANIFEST_NAME))):
             if name in names:
                 self._delete(name)
-        for name in new:
+        last = [n for n in new if Path(n).name in (CARD_NAME, MANIFEST_NAME)]
+        with ThreadPoolExecutor(_UPLOADS) as pool:
+            for done in [pool.submit(self._put, directory / n, n) for n in new if n not in last]:
+                done.result()
+        for name in last:
             self._put(directory / name, name)
-            if on_file is not None:
-                on_file(name)
         for name in sorted(set(replacing) - set(new)):
             if name in names:
                 self._delete(name)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -192,12 +193,14 @@ def test_a_clean_into_s3_that_fails_during_its_upload_resumes_to_the_same_bytes(
     ingest([s3.raw / "tatoeba.eng-ben.tsv"], url, work_dir=tmp_path / "old")  # an old dataset
     put = RemoteOutput._put
     stored: list[str] = []
+    tried = threading.Lock()  # objects go up several at a time
 
     def failing_put(self: RemoteOutput, path: Path, name: str) -> None:
-        if len(stored) == 3:
-            raise OutputError(f"cannot write {self.where(name)}: the store went away")
+        with tried:
+            if len(stored) >= 3:
+                raise OutputError(f"cannot write {self.where(name)}: the store went away")
+            stored.append(name)
         put(self, path, name)
-        stored.append(name)
 
     monkeypatch.setattr(RemoteOutput, "_put", failing_put)
     with pytest.raises(OutputError, match="the store went away"):
