@@ -291,3 +291,22 @@ def test_cli_executor_options_are_checked(corpus: Path, tmp_path: Path):
     result = run_cli("tokenize", corpus, "-t", "x", "--out", tmp_path / "o", "--executor", "dask")
     assert result.exit_code == 2 and "--executor is local or ray" in result.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_a_run_directory_on_a_local_disk_is_refused_for_a_cluster_of_several_hosts(
+        ray_address: str, tmp_path: Path):
+    from spr_data.pipeline.executor import check_shared
+
+    with RayExecutor(ray_address) as executor:
+        assert executor.hosts == 1  # two nodes, one machine: its disk is theirs
+        check_shared(tmp_path, executor)
+    mounts = "/dev/sda1 / ext4 rw 0 0\nserver:/export /mnt/shared nfs4 rw 0 0\n"
+
+    class TwoHosts:  # what RayExecutor.hosts says of a cluster over two machines
+        hosts, workers = 2, 2
+
+    check_shared("/mnt/shared/run", TwoHosts(), mount_table=mounts)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"--work-dir /data/run is on this machine's own disk"
+                       r".* 2 hosts"):
+        check_shared("/data/run", TwoHosts(), "--work-dir",  # type: ignore[arg-type]
+                     mount_table=mounts)

@@ -15,11 +15,14 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 from typing import Protocol, TypeVar
 
 from spr_data.errors import InputError
+from spr_data.reader import is_network_path
 
-__all__ = ["Executor", "LocalExecutor", "default_workers", "die_with_parent", "executor_for"]
+__all__ = ["Executor", "LocalExecutor", "check_shared", "default_workers", "die_with_parent",
+           "executor_for"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -73,6 +76,20 @@ class Executor(Protocol):
 
     def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[tuple[int, R]]:
         ...
+
+
+def check_shared(directory: str | Path, executor: Executor, option: str = "--out",
+                 mount_table: str | None = None) -> None:
+    """Refuse a run directory on this machine's own disk when the executor's tasks run on
+    several machines (``executor.hosts``, a Ray cluster's): the tasks on the other hosts would
+    not find the files they read and write there, and their outputs would be lost to the
+    driver."""
+    hosts = int(getattr(executor, "hosts", 1))
+    if hosts > 1 and not is_network_path(directory, mount_table):
+        raise InputError(f"{option} {directory} is on this machine's own disk, but the tasks "
+                         f"run on {hosts} hosts of the Ray cluster, which cannot read it; put "
+                         f"{option} on a filesystem every node mounts at the same path (NFS, "
+                         "Lustre, a bucket's FUSE mount)")
 
 
 def executor_for(executor: Executor | None,

@@ -40,7 +40,7 @@ from spr_data.outdir import (
     remove_outputs,
     temp_tag,
 )
-from spr_data.pipeline.executor import Executor, default_workers, executor_for
+from spr_data.pipeline.executor import Executor, check_shared, default_workers, executor_for
 from spr_data.pipeline.sources import (
     REJECT_REASONS,
     RecordChunk,
@@ -232,6 +232,7 @@ def _parsed(plan: SourcePlan, out: Path, advance: Callable[[int], None], workers
     ready: dict[int, dict[str, Any] | SprDataError] = {}
     following = 0
     with executor_for(executor, workers) as run_on:
+        check_shared(out, run_on, "--out (or --work-dir)")
         for index, result in run_on.map(_parse_input, tasks):
             ready[index] = result
             advance(sum(f.size for f in plan.sources[index].files))

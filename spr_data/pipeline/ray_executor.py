@@ -85,6 +85,13 @@ class RayExecutor:
             self._connect()
         return self._workers or 1
 
+    @property
+    def hosts(self) -> int:
+        """The machines of the cluster (its live nodes' distinct addresses): tasks on more
+        than one need the run's directory on a filesystem they all mount."""
+        ray = self._connect()
+        return len({n.get("NodeManagerAddress") for n in ray.nodes() if n.get("Alive")}) or 1
+
     def _connect(self) -> Any:
         ray = _import_ray()
         if not ray.is_initialized():

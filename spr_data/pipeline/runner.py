@@ -50,7 +50,7 @@ from spr_data.outdir import (
     prepare_output,
     publish,
 )
-from spr_data.pipeline.executor import Executor, executor_for
+from spr_data.pipeline.executor import Executor, check_shared, executor_for
 from spr_data.pipeline.units import unit_rows
 from spr_data.reader import ReaderOptions
 from spr_data.remote_output import (
@@ -182,6 +182,8 @@ class ShardRun:
             (self.staging / REJECTS_DIR).mkdir(parents=True, exist_ok=True)
             self._executor = stack.enter_context(
                 executor_for(self._executor_arg, self._workers_arg))
+            check_shared(self.out, self._executor,
+                         "--work-dir" if self.target is not None else "--out")
             self._stack = stack.pop_all()
         return self
 
