@@ -271,12 +271,16 @@ class _ScoredRows:
         self.path = path
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
+        return self.select()
+
+    def select(self, *names: str) -> Iterator[pa.RecordBatch]:
+        """The batches, of columns ``names`` only (all without): only those pages are read."""
         with pa.memory_map(str(self.path)) as source:
             count = pa.ipc.open_file(source).num_record_batches
         for i in range(count):
             with pa.memory_map(str(self.path)) as source:
                 batch = pa.ipc.open_file(source).get_batch(i)
-            yield batch
+            yield batch.select(list(names)) if names else batch
 
 
 def _holds_unit(path: Path, unit: Unit) -> bool:
@@ -390,7 +394,7 @@ def _combine(run: ShardRun, stages: list[Stage], position: int,
 def _decide_task(task: _UnitTask) -> dict[str, Any]:
     """Step 3 for one unit: every stage's reasons in declared order, the kept and reject
     shards, accounting, stats. The decisions are made over the whole unit (the corpus stages
-    read its rows slice by slice); the shards are then made slice by slice, each held once."""
+    read its rows slice by slice); the shards are then made column by column, each held once."""
     staging = Path(task.staging)
     done = finished_unit(task.work, staging, task.index)
     if done is not None:
@@ -419,19 +423,21 @@ def _decide_task(task: _UnitTask) -> dict[str, Any]:
             rejected |= mask
     if found:  # a reason no declared stage gives: a bug, not a row to count as anything
         raise SprDataError(f"unit {task.index}: reasons {sorted(found)} come from no stage")
-    shards = _Shards(stage_of(task.stages))
-    lo = 0
-    for batch in rows:
-        batch = batch.drop_columns([_PASS1_REASONS])
-        for stage, columns in added:
-            batch = _with_columns(batch, _declared(stage, {
-                name: array.slice(lo, batch.num_rows) for name, array in columns.items()}))
-        shards.add(batch, [(r, mask[lo:lo + batch.num_rows]) for r, mask in rejects])
-        lo += batch.num_rows
+    stage_name = stage_of(task.stages)
+    lists = reason_lists(n, rejects)
+    mask = pa.array(rejected)
+    chosen = lists.filter(mask)
+    first = pc.list_element(chosen, 0) if len(chosen) else pa.array([], pa.string())
+    stages = pa.array([stage_name[r] for r in first.to_pylist()], pa.string())
+    columns = _Columns(rows, added)
     kept_path = staging / shard_name(task.index)
     reject_path = staging / REJECTS_DIR / shard_name(task.index, rejects=True)
-    kept_info, kept_ids = _write_shard(kept_path, shards.kept)  # kept rows let go first
-    rejected_batch = shards.rejected.batch()
+    kept = columns.batch(~rejected)
+    kept_info = write_shard_file(kept_path, kept)
+    kept_ids = kept.column(ID).to_numpy()
+    del kept  # the kept rows let go before the rejected ones are gathered
+    rejected_batch = (columns.batch(rejected).append_column(REASON, first)
+                      .append_column(REASONS, chosen).append_column(STAGE, stages))
     reject_info = write_shard_file(reject_path, rejected_batch)
     rejected_table = pa.Table.from_batches([rejected_batch])
     # accounting: every id of the unit is kept or rejected, none twice
@@ -441,10 +447,15 @@ def _decide_task(task: _UnitTask) -> dict[str, Any]:
                            f"{kept_info.rows} kept + {rejected_table.num_rows} rejected")
     stats: dict[str, Any] = {
         "rows": n, "kept": kept_info.__dict__, "rejects": reject_info.__dict__,
-        "by_reason": dict(shards.by_reason), "all_reasons": dict(shards.all_reasons),
-        "histograms": {k: v.tolist() for k, v in shards.histograms.items()},
-        "stage_stats": stage_stats, "examples": _examples(rejected_table),
+        "by_reason": _counts(first),
+        "all_reasons": _counts(pc.list_flatten(chosen)),
+        "histograms": {}, "stage_stats": stage_stats,
+        "examples": _examples(rejected_table),
     }
+    for name in _HISTOGRAMS:
+        if name in columns.schema.names:
+            values = columns.whole(name).to_numpy().astype(np.float64)
+            stats["histograms"][name] = _histogram(values, name)
     return mark_unit_finished(task.work, staging, task.index, stats, [kept_path, reject_path])
 
 
@@ -452,68 +463,41 @@ def _decide_task(task: _UnitTask) -> dict[str, Any]:
 _REASONS_TYPE = pa.list_(pa.string())
 
 
-class _Parts:
-    """One output shard's rows, gathered slice by slice, made one record batch (a shard is
-    one) column by column, each column's slices let go once it is joined: the rows are held
-    about once, not twice."""
+class _Columns:
+    """A unit's decided columns: the scored ones (less the reasons) with the corpus stages'
+    columns added or in their place, in the order the stages declare them. An output shard
+    is made column by column, each read slice by slice: a worker holds the shard's rows
+    once, and one column's slices beside them (not the unit's rows, nor the shard twice)."""
 
-    def __init__(self) -> None:
-        self.schema: pa.Schema | None = None
-        self.columns: list[list[pa.Array]] = []
+    def __init__(self, rows: _ScoredRows, added: list[tuple[Stage, dict[str, pa.Array]]]):
+        self.rows = rows
+        self.added: dict[str, pa.Array] = {}
+        empty = next(iter(rows)).slice(0, 0).drop_columns([_PASS1_REASONS])
+        for stage, columns in added:
+            empty = _with_columns(empty, _declared(stage, {
+                name: array.slice(0, 0) for name, array in columns.items()}))
+            self.added.update(columns)
+        self.schema: pa.Schema = empty.schema
 
-    def add(self, batch: pa.RecordBatch) -> None:
-        if self.schema is None:
-            self.schema = batch.schema
-            self.columns = [[] for _ in batch.schema]
-        for parts, column in zip(self.columns, batch.columns, strict=True):
-            parts.append(column)
+    def whole(self, name: str) -> pa.Array:
+        """Column ``name`` for every row of the unit."""
+        if name in self.added:
+            return self.added[name]
+        return pa.concat_arrays([b.column(name) for b in self.rows.select(name)])
 
-    def batch(self) -> pa.RecordBatch:
-        if self.schema is None:
-            raise SprDataError("an output shard got no slice")
-        arrays = []
-        for i in range(len(self.columns)):
-            parts, self.columns[i] = self.columns[i], []
-            arrays.append(pa.concat_arrays(parts))
-            del parts
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+    def batch(self, keep: np.ndarray) -> pa.RecordBatch:
+        """The rows ``keep`` selects, every column, as one record batch (a shard is one)."""
+        return pa.RecordBatch.from_arrays([self._filtered(f.name, keep) for f in self.schema],
+                                          schema=self.schema)
 
-
-class _Shards:
-    """A unit's kept and reject shards and stats, made slice by slice from the decided
-    reasons: each slice's rows go to one shard or the other."""
-
-    def __init__(self, stage_name: dict[str, str]) -> None:
-        self.stage_name = stage_name
-        self.kept = _Parts()
-        self.rejected = _Parts()
-        self.by_reason: Counter[str] = Counter()
-        self.all_reasons: Counter[str] = Counter()
-        self.histograms: dict[str, np.ndarray] = {}
-
-    def add(self, batch: pa.RecordBatch, rejects: list[tuple[str, np.ndarray]]) -> None:
-        n = batch.num_rows
-        lists = reason_lists(n, rejects)
-        mask = pa.array(reason_lists_any(n, rejects))
-        self.kept.add(batch.filter(pc.invert(mask)))
-        chosen = lists.filter(mask)
-        first = pc.list_element(chosen, 0) if len(chosen) else pa.array([], pa.string())
-        stages = pa.array([self.stage_name[r] for r in first.to_pylist()], pa.string())
-        self.rejected.add(batch.filter(mask).append_column(REASON, first)
-                          .append_column(REASONS, chosen).append_column(STAGE, stages))
-        self.by_reason.update(_counts(first))
-        self.all_reasons.update(_counts(pc.list_flatten(chosen)))
-        for name in _HISTOGRAMS:
-            if name in batch.schema.names:
-                values = batch.column(name).to_numpy().astype(np.float64)
-                counts = np.asarray(_histogram(values, name), np.int64)
-                self.histograms[name] = self.histograms.get(name, 0) + counts
-
-
-def _write_shard(path: Path, parts: _Parts) -> tuple[ShardInfo, np.ndarray]:
-    """Write an output shard from its parts; its info and its ids (the rows let go)."""
-    batch = parts.batch()
-    return write_shard_file(path, batch), batch.column(ID).to_numpy()
+    def _filtered(self, name: str, keep: np.ndarray) -> pa.Array:
+        if name in self.added:
+            return self.added[name].filter(pa.array(keep))
+        parts, lo = [], 0
+        for batch in self.rows.select(name):
+            parts.append(batch.column(0).filter(pa.array(keep[lo:lo + batch.num_rows])))
+            lo += batch.num_rows
+        return pa.concat_arrays(parts)
 
 
 def _counts(values: pa.Array) -> dict[str, int]:
