@@ -134,7 +134,7 @@ def test_dedup_by_hash_partitions_is_the_same_for_any_partitioning(
     partials: list[Path | None] = []
     for i, unit in enumerate(units):
         path = tmp_path / f"partial-{i}.npy"
-        np.save(path, stage.partial(unit), allow_pickle=False)
+        np.save(path, stage.partial(unit.to_batches()), allow_pickle=False)
         partials.append(path)
     with LocalExecutor(2) as executor:
         state = stage.combine(_Context(tmp_path, partials, executor))
@@ -142,7 +142,7 @@ def test_dedup_by_hash_partitions_is_the_same_for_any_partitioning(
     assert len(state["partitions"]) == 1 << max(0, int(np.ceil(np.log2(rows / partition_rows))))
     found = {"duplicate": [], "too_many_targets": []}
     for unit in units:
-        out = stage.apply(unit, state, np.zeros(unit.num_rows, bool))
+        out = stage.apply(unit.to_batches(), state, np.zeros(unit.num_rows, bool))
         for reason, mask in out.rejects:
             found[reason].append(unit.column("id").to_numpy()[mask])
     everything = pa.concat_tables(units)

@@ -18,7 +18,9 @@ The manifest is written last; ``.work`` is removed once it is.
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -31,8 +33,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spr_data._version import __version__
-from spr_data.errors import DataLossError, InputError, SprDataError
-from spr_data.fsio import atomic_write_bytes, sha256_file
+from spr_data.errors import DataLossError, InputError, OutputError, SprDataError
+from spr_data.fsio import atomic_write_bytes, os_error_message, sha256_file, temp_path
 from spr_data.heap import release_heap
 from spr_data.manifest import ShardInfo
 from spr_data.outdir import REJECTS_DIR, temp_tag
@@ -41,7 +43,7 @@ from spr_data.pipeline.runner import ShardRun, Unit, open_input, read_unit
 from spr_data.pipeline.units import finished_unit, mark_unit_finished
 from spr_data.qa.align_stage import ALIGN_SCORE, P_TRANSLATION, SCORE_HISTOGRAM_EDGES
 from spr_data.qa.quarantine import read_quarantine
-from spr_data.qa.stage import CorpusStage, Stage, stage_of
+from spr_data.qa.stage import CorpusStage, Stage, stage_of, unit_ids
 from spr_data.qa.stages import build_stages
 from spr_data.reader import ReaderOptions
 from spr_data.recipe import Recipe, load_recipe
@@ -198,8 +200,9 @@ def _with_columns(batch: Any, columns: dict[str, pa.Array]) -> Any:
 
 
 def _score_task(task: _UnitTask) -> int:
-    """Step 1 for one unit: the corpus stages' partials, then the scored rows (written last:
-    the unit's score step is done when its scored file holds exactly its rows)."""
+    """Step 1 for one unit: the scored rows, slice by slice (a worker never holds the unit's
+    rows at once), then the corpus stages' partials read back from them; the scored file is
+    renamed into place last: the unit's score step is done when it holds exactly its rows."""
     target = _scored_path(task.work, task.index)
     partials = {s.name: _partial_path(task.work, s.name, task.index)
                 for s in task.stages if isinstance(s, CorpusStage)}
@@ -210,20 +213,74 @@ def _score_task(task: _UnitTask) -> int:
     for stage in task.stages:
         if not isinstance(stage, CorpusStage):
             stage.setup()
-    table = read_unit(task.unit)
-    batches = table.to_batches(max_chunksize=_SLICE_ROWS) or [
-        pa.RecordBatch.from_pylist([], schema=table.schema)]
-    scored = pa.Table.from_batches([_score_slice(b, task.stages) for b in batches])
-    for stage in task.stages:
-        if isinstance(stage, CorpusStage):
-            partial = stage.partial(scored)
-            path = partials[stage.name]
-            tmp = path.with_name(path.name + ".tmp")
-            with open(tmp, "wb") as f:
-                np.save(f, partial if partial is not None else np.zeros(0), allow_pickle=False)
-            tmp.replace(path)
-    _write_ipc(target, scored, digest=False)  # work file: fsynced, not hashed
-    return int(table.num_rows)
+    tmp = temp_path(target)
+    try:
+        rows = _write_batches(tmp, (_score_slice(b, task.stages) for b in _unit_slices(task.unit)))
+        for stage in task.stages:
+            if isinstance(stage, CorpusStage):
+                partial = stage.partial(_ScoredRows(tmp))
+                path = partials[stage.name]
+                part_tmp = path.with_name(path.name + ".tmp")
+                with open(part_tmp, "wb") as f:
+                    np.save(f, partial if partial is not None else np.zeros(0),
+                            allow_pickle=False)
+                part_tmp.replace(path)
+        tmp.replace(target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return rows
+
+
+def _unit_slices(unit: Unit) -> Iterator[pa.RecordBatch]:
+    """The rows of ``unit``, ``_SLICE_ROWS`` at a time (an empty unit: one empty batch), each
+    slice read from a map of the shard of its own: the pages a slice touched leave memory
+    with it (one map for the unit would keep every page of the unit's rows)."""
+    for lo in range(0, max(unit.length, 1), _SLICE_ROWS):
+        part = replace(unit, offset=unit.offset + lo, length=min(_SLICE_ROWS, unit.length - lo))
+        table = read_unit(part)
+        yield from table.to_batches(max_chunksize=_SLICE_ROWS) or [
+            pa.RecordBatch.from_pylist([], schema=table.schema)]
+
+
+def _write_batches(path: Path, batches: Iterator[pa.RecordBatch]) -> int:
+    """Write ``batches`` (at least one) as an Arrow file, one at a time, and fsync it: a work
+    file, made without holding its rows. Returns its rows."""
+    first = next(batches)
+    rows = 0
+    try:
+        with pa.OSFile(str(path), "wb") as sink, \
+                pa.ipc.new_file(sink, first.schema) as out:
+            for batch in itertools.chain([first], batches):
+                out.write_batch(batch)
+                rows += batch.num_rows
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise OutputError(os_error_message(exc, path)) from exc
+    return rows
+
+
+class _ScoredRows:
+    """A work file's rows as :data:`~spr_data.qa.stage.UnitRows`: its record batches in order,
+    each read from a map of the file of its own when iterated (see :func:`_unit_slices`)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        return self.select()
+
+    def select(self, *names: str) -> Iterator[pa.RecordBatch]:
+        """The batches, of columns ``names`` only (all without): only those pages are read."""
+        with pa.memory_map(str(self.path)) as source:
+            count = pa.ipc.open_file(source).num_record_batches
+        for i in range(count):
+            with pa.memory_map(str(self.path)) as source:
+                batch = pa.ipc.open_file(source).get_batch(i)
+            yield batch.select(list(names)) if names else batch
 
 
 def _holds_unit(path: Path, unit: Unit) -> bool:
@@ -244,14 +301,9 @@ def _read_table(path: Path) -> pa.Table:
         return pa.ipc.open_file(source).read_all()
 
 
-def _write_ipc(path: Path, table: pa.Table, *, digest: bool = True) -> ShardInfo:
-    batches = table.combine_chunks().to_batches()
-    batch = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
-    return write_shard_file(path, batch, digest=digest)
-
-
 def _unpack_reasons(column: pa.ChunkedArray) -> dict[str, np.ndarray]:
     """Per reason found in a ``_reasons`` list column, the rows it lists it for."""
+    column = column.combine_chunks()  # parent indices of the whole column, not per chunk
     flat = pc.list_flatten(column)
     if len(flat) == 0:
         return {}
@@ -291,7 +343,7 @@ class _Combine:
         rejected = np.zeros(table.num_rows, dtype=bool)
         for stage in self.before:
             if isinstance(stage, CorpusStage):
-                result = stage.apply(table, self.states[stage.name], rejected)
+                result = stage.apply(table.to_batches(), self.states[stage.name], rejected)
                 masks = [mask for _, mask in result.rejects]
             else:
                 masks = [found[r] for r in stage.reasons if r in found]
@@ -341,24 +393,26 @@ def _combine(run: ShardRun, stages: list[Stage], position: int,
 
 def _decide_task(task: _UnitTask) -> dict[str, Any]:
     """Step 3 for one unit: every stage's reasons in declared order, the kept and reject
-    shards, accounting, stats."""
+    shards, accounting, stats. The decisions are made over the whole unit (the corpus stages
+    read its rows slice by slice); the shards are then made column by column, each held once."""
     staging = Path(task.staging)
     done = finished_unit(task.work, staging, task.index)
     if done is not None:
         return {**done, "resumed": True}
     states = {name: json.loads(state) for name, state in task.states}
-    scored = _read_table(_scored_path(task.work, task.index))
-    ids = scored.column(ID).to_numpy()
-    n = scored.num_rows
-    found = _unpack_reasons(scored.column(_PASS1_REASONS))
-    table = scored.drop_columns([_PASS1_REASONS])
+    rows = _ScoredRows(_scored_path(task.work, task.index))
+    ids = unit_ids(rows)
+    n = len(ids)
+    found = _unpack_reasons(pa.chunked_array(
+        [b.column(_PASS1_REASONS) for b in rows], _REASONS_TYPE))
     rejects: list[tuple[str, np.ndarray]] = []
     rejected = np.zeros(n, dtype=bool)
+    added: list[tuple[Stage, dict[str, pa.Array]]] = []
     stage_stats: dict[str, dict[str, list[int]]] = {}
     for stage in task.stages:
         if isinstance(stage, CorpusStage):
-            result = stage.apply(table, states[stage.name], rejected)
-            table = _with_columns(table, _declared(stage, result.columns))
+            result = stage.apply(rows, states[stage.name], rejected)
+            added.append((stage, result.columns))
             masks = [(r, np.asarray(m, dtype=bool)) for r, m in result.rejects]
             if result.stats:
                 stage_stats[stage.name] = result.stats
@@ -372,21 +426,25 @@ def _decide_task(task: _UnitTask) -> dict[str, Any]:
     stage_name = stage_of(task.stages)
     lists = reason_lists(n, rejects)
     mask = pa.array(rejected)
-    kept = table.filter(pa.array(~rejected))
     chosen = lists.filter(mask)
     first = pc.list_element(chosen, 0) if len(chosen) else pa.array([], pa.string())
     stages = pa.array([stage_name[r] for r in first.to_pylist()], pa.string())
-    rejected_table = (table.filter(mask).append_column(REASON, first)
-                      .append_column(REASONS, chosen).append_column(STAGE, stages))
-    # accounting: every id of the unit is kept or rejected, none twice
-    out_ids = np.concatenate([kept.column(ID).to_numpy(), rejected_table.column(ID).to_numpy()])
-    if len(out_ids) != n or not np.array_equal(np.sort(out_ids), np.sort(ids)):
-        raise SprDataError(f"accounting failed for unit {task.index}: {n} rows in, "
-                           f"{kept.num_rows} kept + {rejected_table.num_rows} rejected")
+    columns = _Columns(rows, added)
     kept_path = staging / shard_name(task.index)
     reject_path = staging / REJECTS_DIR / shard_name(task.index, rejects=True)
-    kept_info = _write_ipc(kept_path, kept)
-    reject_info = _write_ipc(reject_path, rejected_table)
+    kept = columns.batch(~rejected)
+    kept_info = write_shard_file(kept_path, kept)
+    kept_ids = kept.column(ID).to_numpy()
+    del kept  # the kept rows let go before the rejected ones are gathered
+    rejected_batch = (columns.batch(rejected).append_column(REASON, first)
+                      .append_column(REASONS, chosen).append_column(STAGE, stages))
+    reject_info = write_shard_file(reject_path, rejected_batch)
+    rejected_table = pa.Table.from_batches([rejected_batch])
+    # accounting: every id of the unit is kept or rejected, none twice
+    out_ids = np.concatenate([kept_ids, rejected_table.column(ID).to_numpy()])
+    if len(out_ids) != n or not np.array_equal(np.sort(out_ids), np.sort(ids)):
+        raise SprDataError(f"accounting failed for unit {task.index}: {n} rows in, "
+                           f"{kept_info.rows} kept + {rejected_table.num_rows} rejected")
     stats: dict[str, Any] = {
         "rows": n, "kept": kept_info.__dict__, "rejects": reject_info.__dict__,
         "by_reason": _counts(first),
@@ -395,10 +453,51 @@ def _decide_task(task: _UnitTask) -> dict[str, Any]:
         "examples": _examples(rejected_table),
     }
     for name in _HISTOGRAMS:
-        if name in table.schema.names:
-            values = table.column(name).to_numpy().astype(np.float64)
+        if name in columns.schema.names:
+            values = columns.whole(name).to_numpy().astype(np.float64)
             stats["histograms"][name] = _histogram(values, name)
     return mark_unit_finished(task.work, staging, task.index, stats, [kept_path, reject_path])
+
+
+#: the type of the score step's reasons column (a list per row)
+_REASONS_TYPE = pa.list_(pa.string())
+
+
+class _Columns:
+    """A unit's decided columns: the scored ones (less the reasons) with the corpus stages'
+    columns added or in their place, in the order the stages declare them. An output shard
+    is made column by column, each read slice by slice: a worker holds the shard's rows
+    once, and one column's slices beside them (not the unit's rows, nor the shard twice)."""
+
+    def __init__(self, rows: _ScoredRows, added: list[tuple[Stage, dict[str, pa.Array]]]):
+        self.rows = rows
+        self.added: dict[str, pa.Array] = {}
+        empty = next(iter(rows)).slice(0, 0).drop_columns([_PASS1_REASONS])
+        for stage, columns in added:
+            empty = _with_columns(empty, _declared(stage, {
+                name: array.slice(0, 0) for name, array in columns.items()}))
+            self.added.update(columns)
+        self.schema: pa.Schema = empty.schema
+
+    def whole(self, name: str) -> pa.Array:
+        """Column ``name`` for every row of the unit."""
+        if name in self.added:
+            return self.added[name]
+        return pa.concat_arrays([b.column(name) for b in self.rows.select(name)])
+
+    def batch(self, keep: np.ndarray) -> pa.RecordBatch:
+        """The rows ``keep`` selects, every column, as one record batch (a shard is one)."""
+        return pa.RecordBatch.from_arrays([self._filtered(f.name, keep) for f in self.schema],
+                                          schema=self.schema)
+
+    def _filtered(self, name: str, keep: np.ndarray) -> pa.Array:
+        if name in self.added:
+            return self.added[name].filter(pa.array(keep))
+        parts, lo = [], 0
+        for batch in self.rows.select(name):
+            parts.append(batch.column(0).filter(pa.array(keep[lo:lo + batch.num_rows])))
+            lo += batch.num_rows
+        return pa.concat_arrays(parts)
 
 
 def _counts(values: pa.Array) -> dict[str, int]:

@@ -85,6 +85,7 @@ __all__ = [
     "calibrate",
     "p_translation",
     "row_hash",
+    "shifted_from_cross",
     "shifted_runs",
     "synthetic_negatives",
     "training_rows",
@@ -1419,6 +1420,28 @@ def shifted_runs(aligner: LexicalAligner, src: pa.Array | pa.ChunkedArray,
     eng-ben's real pairs (an English sentence listed with several translations in a row).
     """
     n = len(scores)
+    down = np.full(n, -np.inf)
+    up = np.full(n, -np.inf)
+    if n >= 3 and min_links > 0:
+        scored = np.arange(1, n) if check is None else np.flatnonzero(check[1:]) + 1
+        if scored.size:
+            here = pa.array(scored)
+            before = pa.array(scored - 1)
+            down[scored] = aligner.score(src.take(here), tgt.take(before))  # this source, the
+            up[scored] = aligner.score(src.take(before), tgt.take(here))    # previous target; back
+    return shifted_from_cross(scores, down, up, threshold=threshold,
+                              trained_cross=trained_cross, min_links=min_links, gap=gap)
+
+
+def shifted_from_cross(scores: NDArray[Any], down: NDArray[Any], up: NDArray[Any], *,
+                       threshold: NDArray[Any] | float = float("-inf"),
+                       trained_cross: NDArray[np.bool_] | None = None, min_links: int = 2,
+                       gap: int = 1) -> NDArray[np.bool_]:
+    """:func:`shifted_runs` from the cross scores already made: ``down[i]`` is this source
+    with the previous target, ``up[i]`` the previous source with this target (``-inf``: no
+    link). Numbers only, so that a caller can score the cross pairs slice by slice and decide
+    the runs over all its rows."""
+    n = len(scores)
     flagged = np.zeros(n, dtype=bool)
     if n < 3 or min_links <= 0:
         return flagged
@@ -1429,16 +1452,8 @@ def shifted_runs(aligner: LexicalAligner, src: pa.Array | pa.ChunkedArray,
     untrained = np.ones(n, dtype=bool)
     if trained_cross is not None:
         untrained = ~np.asarray(trained_cross, dtype=bool)
-    scored = np.arange(1, n) if check is None else np.flatnonzero(check[1:]) + 1
-    down = np.full(n, -np.inf)
-    up = np.full(n, -np.inf)
-    if scored.size:
-        here = pa.array(scored)
-        before = pa.array(scored - 1)
-        down[scored] = aligner.score(src.take(here), tgt.take(before))  # this source, the
-        up[scored] = aligner.score(src.take(before), tgt.take(here))    # previous target; back
     for cross, usable in ((down, True), (up, untrained)):
-        cross64 = cross.astype(np.float64)
+        cross64 = np.asarray(cross).astype(np.float64)
         strong = (cross64 > best_own) & (cross64 >= threshold)
         weak = cross64 > worst_own
         strong &= usable

@@ -35,10 +35,10 @@ from spr_data.qa.align import (
     calibrate,
     p_translation,
     row_hash,
-    shifted_runs,
+    shifted_from_cross,
     synthetic_negatives,
 )
-from spr_data.qa.stage import CombineContext, RowStage, StageOutput
+from spr_data.qa.stage import CombineContext, RowStage, StageOutput, UnitRows
 from spr_data.recipe import AlignConfig
 from spr_data.schema import ID
 
@@ -87,7 +87,7 @@ class AlignStage:
     #: hold the score step's memory) and gives the heap training grew back after
     long_combine: bool = True
 
-    def partial(self, batch: pa.RecordBatch) -> None:
+    def partial(self, rows: UnitRows) -> None:
         return None
 
     # -- combine: train and calibrate -------------------------------------------------------
@@ -338,39 +338,52 @@ class AlignStage:
 
     # -- apply: score and decide ------------------------------------------------------------
 
-    def apply(self, batch: pa.RecordBatch, state: dict[str, Any],
+    def apply(self, rows: UnitRows, state: dict[str, Any],
               rejected: np.ndarray) -> StageOutput:
+        """Score the unit slice by slice (and the cross pairs of its neighbours, for
+        ``shifted_lines``), then decide over the whole unit: a run of shifted lines may
+        cross any slice boundary."""
         info = state["info"]
-        ids = np.asarray(batch.column(ID).to_numpy(), np.uint64)
-        n = batch.num_rows
         aligner = _model(state["model"], info["model_hash"])
-        src, tgt = batch.column("src"), batch.column("tgt")
-        scores = aligner.score(src, tgt) if n else np.zeros(0, dtype=np.float32)
-        seen = np.isin(ids, np.load(state["trained_ids"], allow_pickle=False))
-        threshold = np.where(seen, info["threshold"], info["threshold_unseen"])
-        p_values = np.where(seen, p_translation(scores, info["p_translation"]),
-                            p_translation(scores, info["p_translation_unseen"]))
-        out = StageOutput(columns={ALIGN_SCORE: pa.array(np.asarray(scores, np.float32)),
-                                   P_TRANSLATION: pa.array(np.asarray(p_values, np.float32))})
-        low_alignment = scores < threshold
-        shifted = np.zeros(n, dtype=bool)
+        trained = np.load(state["trained_ids"], allow_pickle=False)
         # a reused model may have been trained on this corpus' lines, slipped ones included:
         # it knows their cross pairs, so neighbours cannot be compared with it
-        if self.config.shift_links and not self.config.model and self.cleaned is None:
-            # in file order, among the rows no earlier stage rejected
+        shift = bool(self.config.shift_links) and not self.config.model and self.cleaned is None
+        links = _CrossLinks(aligner)
+        id_parts, score_parts, seen_parts = [], [], []
+        start = 0
+        for batch in rows:
+            n = batch.num_rows
+            ids = np.asarray(batch.column(ID).to_numpy(), np.uint64)
+            src, tgt = batch.column("src"), batch.column("tgt")
+            scores = aligner.score(src, tgt) if n else np.zeros(0, dtype=np.float32)
+            seen = np.isin(ids, trained)
+            if shift:
+                p_values = _p_values(scores, seen, info)
+                # in file order, among the rows no earlier stage rejected
+                alive = np.flatnonzero(~rejected[start:start + n])
+                links.add(src, tgt, alive, p_values[alive] < _SURE)
+            id_parts.append(ids)
+            score_parts.append(np.asarray(scores, np.float32))
+            seen_parts.append(seen)
+            start += n
+        ids, scores, seen = (_joined(id_parts, np.uint64), _joined(score_parts, np.float32),
+                             _joined(seen_parts, np.bool_))
+        threshold = np.where(seen, info["threshold"], info["threshold_unseen"])
+        p_values = _p_values(scores, seen, info)
+        out = StageOutput(columns={ALIGN_SCORE: pa.array(scores),
+                                   P_TRANSLATION: pa.array(np.asarray(p_values, np.float32))})
+        low_alignment = scores < threshold
+        shifted = np.zeros(len(scores), dtype=bool)
+        if shift:
             alive = np.flatnonzero(~rejected)
-            rows = pa.array(alive)
             trained_cross = _trained_cross(
                 ids[alive], np.load(state["shift_skip_ids"], allow_pickle=False))
-            # a link between two rows that are surely translations is no slip: only links
-            # that touch a row below _SURE are scored (measured at 1M pairs with 5% junk: the
-            # decide step 47 -> 22 s, the same decisions on every quality mix)
-            unsure = p_values[alive] < _SURE
-            shifted[alive] = shifted_runs(aligner, src.take(rows), tgt.take(rows),
-                                          scores[alive], threshold=threshold[alive],
-                                          trained_cross=trained_cross,
-                                          check=unsure | np.r_[False, unsure[:-1]],
-                                          min_links=self.config.shift_links)
+            down, up = links.scores()
+            shifted[alive] = shifted_from_cross(scores[alive], down, up,
+                                                threshold=threshold[alive],
+                                                trained_cross=trained_cross,
+                                                min_links=self.config.shift_links)
         out.rejects = [("low_alignment", low_alignment), ("shifted_lines", shifted)]
         # the report's kept / rejected histograms (rejected: by alignment, or by another
         # reason first)
@@ -380,6 +393,70 @@ class AlignStage:
             "rejected_low_alignment": _histogram(scores[low_alignment]),
             "rejected_other": _histogram(scores[final & ~low_alignment])}
         return out
+
+
+def _p_values(scores: np.ndarray, seen: np.ndarray, info: dict[str, Any]) -> np.ndarray:
+    """``p_translation`` of each row, by the table of the rows the model saw or not."""
+    values: np.ndarray = np.where(seen, p_translation(scores, info["p_translation"]),
+                                  p_translation(scores, info["p_translation_unseen"]))
+    return values
+
+
+def _joined(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+
+class _CrossLinks:
+    """The cross pairs of neighbouring rows no earlier stage rejected, scored slice by slice.
+
+    A link joins a row to the row before it (among those rows, in file order, whichever slice
+    it is in); it is scored where either row is unsure (below ``_SURE``): measured at 1M pairs
+    with 5% junk, the decide step 47 -> 22 s, the same decisions on every quality mix. The
+    last row of a slice is carried (copied: the slice can go) to the next."""
+
+    def __init__(self, aligner: LexicalAligner) -> None:
+        self.aligner = aligner
+        self.rows = 0
+        self._carry: tuple[pa.Array, pa.Array, bool] | None = None
+        self._at: list[np.ndarray] = []
+        self._down: list[np.ndarray] = []
+        self._up: list[np.ndarray] = []
+
+    def add(self, src: pa.Array, tgt: pa.Array, alive: np.ndarray,
+            unsure: np.ndarray) -> None:
+        """The rows ``alive`` (positions in this slice) of a slice, and whether each is
+        unsure."""
+        if alive.size == 0:
+            return
+        rows = pa.array(alive)
+        src, tgt = src.take(rows), tgt.take(rows)
+        first = self.rows  # this slice's first row among all the unit's alive rows
+        if self._carry is not None:  # the row before this slice's first
+            src = pa.concat_arrays([self._carry[0], src])
+            tgt = pa.concat_arrays([self._carry[1], tgt])
+            unsure = np.r_[self._carry[2], unsure]
+            first -= 1
+        last = pa.array([len(src) - 1])
+        self._carry = (src.take(last), tgt.take(last), bool(unsure[-1]))
+        self.rows += alive.size
+        here = np.flatnonzero(unsure[1:] | unsure[:-1]) + 1
+        if here.size == 0:
+            return
+        at, before = pa.array(here), pa.array(here - 1)
+        self._at.append(first + here)
+        self._down.append(self.aligner.score(src.take(at), tgt.take(before)))  # this source,
+        self._up.append(self.aligner.score(src.take(before), tgt.take(at)))    # the previous
+        # target; back
+
+    def scores(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per alive row of the unit: its link's two cross scores (``-inf``: none scored)."""
+        down = np.full(self.rows, -np.inf)
+        up = np.full(self.rows, -np.inf)
+        if self._at:
+            at = np.concatenate(self._at)
+            down[at] = np.concatenate(self._down)
+            up[at] = np.concatenate(self._up)
+        return down, up
 
 
 #: pairs a scoring task takes at a time

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from spr_data.fsio import TMP_SUFFIX
-from spr_data.qa.stage import CombineContext, StageOutput
+from spr_data.qa.stage import CombineContext, StageOutput, UnitRows, unit_ids
 from spr_data.recipe import DedupConfig
 from spr_data.schema import ID
 
@@ -68,6 +68,10 @@ def too_many_targets_ids(source_hashes: np.ndarray, ids: np.ndarray, limit: int)
     group_start = np.maximum.accumulate(np.where(starts, np.arange(len(h)), 0))
     rank = np.arange(len(h)) - group_start
     return np.sort(ids[order][rank >= limit])
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
 
 
 def _sorted_by_hash(hashes: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -159,13 +163,21 @@ class DedupStage:
 
     columns: tuple[str, ...] = ()
 
-    def partial(self, batch: pa.RecordBatch) -> np.ndarray:
-        ids = np.asarray(batch.column(ID).to_numpy(), np.uint64)
-        texts = [batch.column(c) for c in self.text_columns]
-        rows = [_sorted_by_hash(content_hashes(texts), ids)]
+    def partial(self, rows: UnitRows) -> np.ndarray:
+        """The unit's (hash, id) rows sorted by hash (and by source hash): hashed slice by
+        slice, so that only one slice's texts are Python strings at a time."""
+        ids, content, source = [], [], []
+        for batch in rows:
+            ids.append(np.asarray(batch.column(ID).to_numpy(), np.uint64))
+            texts = [batch.column(c) for c in self.text_columns]
+            content.append(content_hashes(texts))
+            if self.by_source:
+                source.append(content_hashes(texts[:1]))
+        all_ids = np.concatenate(ids) if ids else np.zeros(0, np.uint64)
+        out = [_sorted_by_hash(_joined(content), all_ids)]
         if self.by_source:
-            rows.append(_sorted_by_hash(content_hashes(texts[:1]), ids))
-        return np.concatenate(rows)
+            out.append(_sorted_by_hash(_joined(source), all_ids))
+        return np.concatenate(out)
 
     def combine(self, context: CombineContext) -> dict[str, Any]:
         partials = [str(p) for p in context.partials if p is not None]
@@ -180,9 +192,9 @@ class DedupStage:
             pass
         return {"partitions": [t.out for t in tasks], "rows": rows}
 
-    def apply(self, batch: pa.RecordBatch, state: dict[str, Any],
+    def apply(self, rows: UnitRows, state: dict[str, Any],
               rejected: np.ndarray) -> StageOutput:
-        ids = np.asarray(batch.column(ID).to_numpy(), np.uint64)
+        ids = unit_ids(rows)
         dup = np.zeros(ids.size, bool)
         many = np.zeros(ids.size, bool)
         if ids.size:

@@ -12,13 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from spr_data.arrays import unique
 from spr_data.errors import InputError
 from spr_data.fsio import TMP_SUFFIX
-from spr_data.qa.stage import CombineContext, StageOutput
-from spr_data.schema import ID
+from spr_data.qa.stage import CombineContext, StageOutput, UnitRows, unit_ids
 
 __all__ = ["QuarantineStage", "read_quarantine"]
 
@@ -60,7 +58,7 @@ class QuarantineStage:
     reasons: tuple[str, ...] = ("quarantined",)
     columns: tuple[str, ...] = ()
 
-    def partial(self, batch: pa.RecordBatch) -> None:
+    def partial(self, rows: UnitRows) -> None:
         return None
 
     def combine(self, context: CombineContext) -> dict[str, Any]:
@@ -72,8 +70,8 @@ class QuarantineStage:
         tmp.replace(path)
         return {"ids": str(path), "count": len(ids)}
 
-    def apply(self, batch: pa.RecordBatch, state: dict[str, Any],
+    def apply(self, rows: UnitRows, state: dict[str, Any],
               rejected: np.ndarray) -> StageOutput:
-        ids = np.asarray(batch.column(ID).to_numpy(), np.uint64)
+        ids = unit_ids(rows)
         hit = np.isin(ids, np.load(state["ids"], allow_pickle=False))
         return StageOutput(rejects=[("quarantined", hit)], stats={"quarantined": [int(hit.sum())]})

@@ -16,12 +16,14 @@ that returns another.
 * :class:`CorpusStage`: a decision that needs the whole corpus (exact dedup, the alignment
   model and its calibration, a quarantine list): ``partial`` per unit in the score step →
   ``combine`` over all units' partials (itself as tasks on the executor, so that it runs
-  distributed too) → ``apply`` per unit in the decide step, given the combined state.
+  distributed too) → ``apply`` per unit in the decide step, given the combined state. Both
+  per-unit calls get the unit's rows as :data:`UnitRows`, slice by slice, so that a worker
+  never holds a unit's rows at once (a unit is up to 524,288 rows).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeAlias, TypeVar, runtime_checkable
@@ -29,13 +31,18 @@ from typing import Any, Protocol, TypeAlias, TypeVar, runtime_checkable
 import numpy as np
 import pyarrow as pa
 
+from spr_data.schema import ID
+
 __all__ = ["Batch", "CombineContext", "CorpusStage", "RowStage", "Stage", "StageOutput",
-           "stage_of"]
+           "UnitRows", "stage_of", "unit_ids"]
 
 T = TypeVar("T")
 R = TypeVar("R")
 #: what a stage's ``apply`` gets: one record batch, or a table (a whole unit's rows)
 Batch: TypeAlias = "pa.RecordBatch | pa.Table"
+#: what a corpus stage's ``partial`` and ``apply`` get: a unit's rows as record batches in row
+#: order, read one at a time; it can be iterated more than once
+UnitRows: TypeAlias = "Iterable[pa.RecordBatch]"
 
 
 @dataclass
@@ -120,9 +127,9 @@ class CorpusStage(Protocol):
     def columns(self) -> tuple[str, ...]:
         ...
 
-    def partial(self, batch: Batch) -> np.ndarray | None:
-        """Per unit in the score step: what ``combine`` needs of these rows (stored by the
-        runner as one ``.npy`` per unit), or None."""
+    def partial(self, rows: UnitRows) -> np.ndarray | None:
+        """Per unit in the score step: what ``combine`` needs of the unit's scored ``rows``
+        (stored by the runner as one ``.npy`` per unit), or None."""
         ...
 
     def combine(self, context: CombineContext) -> dict[str, Any]:
@@ -130,14 +137,21 @@ class CorpusStage(Protocol):
         ``context.work``, named in it)."""
         ...
 
-    def apply(self, batch: Batch, state: dict[str, Any],
+    def apply(self, rows: UnitRows, state: dict[str, Any],
               rejected: np.ndarray) -> StageOutput:
-        """Per unit in the decide step: the decision for ``batch`` (the unit's rows, ids
-        included) given the combined ``state``; ``rejected`` marks rows rejected before."""
+        """Per unit in the decide step: the decision for the unit's ``rows`` (ids included)
+        given the combined ``state``; ``rejected`` marks rows rejected before. Columns and
+        masks cover the whole unit."""
         ...
 
 
 Stage = RowStage | CorpusStage
+
+
+def unit_ids(rows: UnitRows) -> np.ndarray:
+    """The ids of a unit's rows, in order (8 bytes a row: a corpus stage may hold them)."""
+    parts = [np.asarray(batch.column(ID).to_numpy(), np.uint64) for batch in rows]
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
 
 
 def stage_of(stages: Sequence[Stage]) -> dict[str, str]:
