@@ -371,18 +371,19 @@ def _combine(run: ShardRun, stages: list[Stage], position: int,
         partials=[_partial_path(run.work, stage.name, u.index) for u in run.units],
         before=tuple(stages[:position]), states=dict(states),
         workers=run.executor.workers, executor=run.executor)
-    # a long combine on local workers: the idle workers stop for it
+    # a combine that asks for it (training; dedup's partitions) on local workers: the idle
+    # workers stop first
     local = (run.executor if isinstance(run.executor, LocalExecutor)
-             and getattr(stage, "long_combine", False) else None)
+             and getattr(stage, "release_workers", False) else None)
     if local is not None:
-        # training runs for a minute: idle workers would hold the memory of the score step
-        # (about 0.4 GB each at 1M pairs), so they stop first (its tasks start new ones)
+        # idle workers would hold the memory of the score step (about 0.4 GB each), so they
+        # stop first (the combine's tasks start new ones)
         local.release()
     state = stage.combine(context)
     if local is not None:
-        # and the training's workers, and the heap it grew here, are not kept through the
-        # decide step. Measured at 1M pairs: the tree's peak 1.13-1.15 GB with training in
-        # a process of its own (one more Python), 1.01-1.07 GB here
+        # and the combine's workers, and the heap it grew here, are not kept through the
+        # decide step (training at 1M pairs: the tree's peak 1.13-1.15 GB with training in
+        # a process of its own, one more Python; 1.01-1.07 GB here)
         local.release()
         release_heap()
     atomic_write_bytes(state_path, json.dumps(state).encode())

@@ -124,7 +124,8 @@ _TRAIN_LOAD = 0.5
 #: are found once and kept on disk; it holds about 100 bytes a co-occurrence of one block of
 #: ``chunk_cooc`` in memory, plus the table and its counts
 _PART_COOC = 8_000_000
-#: co-occurrences an EM task works on at a time (about 100 bytes each in temporaries)
+#: co-occurrences an EM task (and scoring) works on at a time (about 100 bytes each in
+#: temporaries)
 _EM_BLOCK_COOC = 262_144
 _SCORE_LOAD = 0.3
 # Keys inserted into a hash at a time: bounds the temporaries of building it.
@@ -887,7 +888,9 @@ class LexicalAligner:
         bwd = np.empty(rows.size)
         floor = self.options.floor
         done = 0
-        for block in _blocks(src, tgt, self.tgt_vocab.size, self.options.chunk_cooc):
+        # blocks hold whole pairs, so their size changes no score; smaller ones hold less
+        budget = min(self.options.chunk_cooc, _EM_BLOCK_COOC)
+        for block in _blocks(src, tgt, self.tgt_vocab.size, budget):
             link = self._links.find(block.keys).view(np.float32)
             best_f = np.zeros(block.tgt_ids.size, np.float32)
             np.maximum.at(best_f, block.gf, link)

@@ -85,7 +85,7 @@ class AlignStage:
     columns: tuple[str, ...] = (ALIGN_SCORE, P_TRANSLATION)
     #: the combine step trains for a minute: the runner stops the idle workers first (they
     #: hold the score step's memory) and gives the heap training grew back after
-    long_combine: bool = True
+    release_workers: bool = True
 
     def partial(self, rows: UnitRows) -> None:
         return None
@@ -574,6 +574,14 @@ class _SampleTask:
 def _sample_task(task: _SampleTask) -> int:
     """Count (or draw and write) a unit's eligible rows: a task, so that picking the sample
     reads the corpus on the workers, not in the driver. Returns the rows counted or drawn."""
+    count = _sample_unit(task)
+    # the worker goes on to EM's tasks: what reading the unit grew is given back first
+    # (measured at 5M pairs: EM's workers at 364-422 MB without this, 279-283 when fresh)
+    release_heap()
+    return count
+
+
+def _sample_unit(task: _SampleTask) -> int:
     table, rejected = task.context.rejected_before(task.unit)
     positions = np.flatnonzero(~rejected)
     if task.share < 0:

@@ -162,6 +162,9 @@ class DedupStage:
         return ("duplicate", "too_many_targets") if self.by_source else ("duplicate",)
 
     columns: tuple[str, ...] = ()
+    #: the runner stops the idle score workers before the partitions are searched (a single
+    #: partition runs in the main process): at 5M pairs they held 375-390 MB each meanwhile
+    release_workers = True
 
     def partial(self, rows: UnitRows) -> np.ndarray:
         """The unit's (hash, id) rows sorted by hash (and by source hash): hashed slice by
