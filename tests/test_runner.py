@@ -103,6 +103,9 @@ class _Context:
     def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[tuple[int, R]]:
         return self.executor.map(fn, tasks)
 
+    def release_workers(self) -> None:
+        pass
+
     def rejected_before(self, unit: int) -> tuple[pa.Table, np.ndarray]:
         raise AssertionError("dedup needs no earlier decisions")
 

@@ -337,6 +337,10 @@ class _Combine:
             raise SprDataError("the combine step has no executor")
         return self.executor.map(fn, tasks)
 
+    def release_workers(self) -> None:
+        if isinstance(self.executor, LocalExecutor):
+            self.executor.release()
+
     def rejected_before(self, unit: int) -> tuple[pa.Table, np.ndarray]:
         table = _read_table(self.scored[unit])
         found = _unpack_reasons(table.column(_PASS1_REASONS))

@@ -64,6 +64,7 @@ from numpy.typing import NDArray
 
 from spr_data.errors import InputError
 from spr_data.fsio import atomic_write_bytes
+from spr_data.heap import release_heap
 
 __all__ = [
     "EMPTY_SCORE",
@@ -653,6 +654,9 @@ def _em(pairs: list[_Ragged], keys: U32, src_size: int, tgt_size: int,
         slots_size = index.size
         del index, src, tgt
         pairs.clear()
+        # and what encoding the pairs grew goes back to the system before EM's tasks start
+        # (1M pairs: this process held 464 MB through EM, 101 MB of it in use)
+        release_heap()
         table = np.zeros(n_keys + 1, np.complex64)  # real: t(f|e), imag: t(e|f); last: absent
         table.real[:-1] = 1.0 / tgt_size
         table.imag[:-1] = 1.0 / src_size

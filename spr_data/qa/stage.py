@@ -105,6 +105,11 @@ class CombineContext(Protocol):
         """Run ``fn`` (module-level) over ``tasks`` on the executor."""
         ...
 
+    def release_workers(self) -> None:
+        """Stop the executor's idle local worker processes (the next tasks start fresh ones):
+        after tasks that grew them, before tasks that need the memory."""
+        ...
+
     def rejected_before(self, unit: int) -> tuple[pa.Table, np.ndarray]:
         """Unit ``unit``'s scored rows and which of them a stage declared before this one
         rejects (row stages from the score step, corpus stages by their ``apply``)."""
