@@ -6,9 +6,11 @@ here, where sorting them takes 0.9 s; ``unique`` sorts.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-__all__ = ["unique"]
+__all__ = ["joined", "unique"]
 
 
 def unique(values: np.ndarray) -> np.ndarray:
@@ -20,3 +22,9 @@ def unique(values: np.ndarray) -> np.ndarray:
     keep[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
     return ordered[keep]
+
+
+def joined(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+    """``parts`` one after the other; an empty array of ``dtype`` when there are none (where
+    ``np.concatenate`` raises)."""
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)

@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from spr_data.errors import InputError, OutputError
-from spr_data.fsio import fsync_dir, os_error_message
+from spr_data.fsio import fsync_path, os_error_message
 from spr_data.manifest import ShardInfo
 from spr_data.reader import FileSystem, RetryPolicy, check_size, fetch_verified
 
@@ -116,7 +116,7 @@ class ShardCache:
                 sink.flush()
                 os.fsync(sink.fileno())
             os.replace(part, target)
-            fsync_dir(self.directory)
+            fsync_path(self.directory)
         except OSError as exc:
             part.unlink(missing_ok=True)
             raise OutputError(os_error_message(exc, part, "--cache-dir")) from exc

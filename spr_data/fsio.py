@@ -10,7 +10,7 @@ from pathlib import Path
 
 from spr_data.errors import OutputError
 
-__all__ = ["TMP_SUFFIX", "atomic_write_bytes", "drop_cache", "fsync_dir", "is_temp_of",
+__all__ = ["TMP_SUFFIX", "atomic_write_bytes", "drop_cache", "fsync_path", "is_temp_of",
            "is_token", "os_error_message", "sha256_file", "temp_path", "temp_token"]
 
 TMP_SUFFIX = ".tmp"
@@ -74,8 +74,8 @@ def drop_cache(fd: int) -> bool:
     return True
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a rename inside ``path`` durable."""
+def fsync_path(path: Path) -> None:
+    """Make a file's bytes durable, or (for a directory) a rename inside it."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -106,7 +106,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, tag: str | None = None) -> No
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        fsync_dir(path.parent)
+        fsync_path(path.parent)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise OutputError(os_error_message(exc, path)) from exc

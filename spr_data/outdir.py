@@ -15,7 +15,7 @@ from spr_data.errors import DatasetError, OutputError
 from spr_data.fsio import (
     TMP_SUFFIX,
     atomic_write_bytes,
-    fsync_dir,
+    fsync_path,
     is_token,
     os_error_message,
     temp_token,
@@ -93,8 +93,8 @@ def temp_tag(out: Path) -> str:
     try:
         records.mkdir(parents=True, exist_ok=True)
         os.close(os.open(records / tag, os.O_WRONLY | os.O_CREAT, 0o644))
-        fsync_dir(records)
-        fsync_dir(records.parent)
+        fsync_path(records)
+        fsync_path(records.parent)
     except OSError as exc:
         raise OutputError(os_error_message(exc, records / tag)) from exc
     _tags_made[key] = tag

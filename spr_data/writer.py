@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spr_data.errors import OutputError
-from spr_data.fsio import fsync_dir, os_error_message, sha256_file, temp_path
+from spr_data.fsio import fsync_path, os_error_message, sha256_file, temp_path
 from spr_data.manifest import ShardInfo
 from spr_data.schema import ID
 
@@ -108,7 +108,7 @@ class ShardWriter:
         self._wait()
         self._pool.shutdown()
         if self.directory.exists():
-            fsync_dir(self.directory)
+            fsync_path(self.directory)
         return self.shards
 
     def abort(self) -> None:
@@ -155,11 +155,7 @@ def write_shard_file(path: Path, batch: pa.RecordBatch, *, digest: bool = True,
     try:
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as out:
             out.write_batch(batch)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(tmp)
         os.replace(tmp, path)
         size = path.stat().st_size
         hash_text = sha256_file(path) if digest else ""

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -34,7 +33,13 @@ import pyarrow.compute as pc
 
 from spr_data._version import __version__
 from spr_data.errors import DataLossError, InputError, OutputError, SprDataError
-from spr_data.fsio import atomic_write_bytes, os_error_message, sha256_file, temp_path
+from spr_data.fsio import (
+    atomic_write_bytes,
+    fsync_path,
+    os_error_message,
+    sha256_file,
+    temp_path,
+)
 from spr_data.heap import release_heap
 from spr_data.manifest import ShardInfo
 from spr_data.outdir import REJECTS_DIR, temp_tag
@@ -253,11 +258,7 @@ def _write_batches(path: Path, batches: Iterator[pa.RecordBatch]) -> int:
             for batch in itertools.chain([first], batches):
                 out.write_batch(batch)
                 rows += batch.num_rows
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(path)
     except OSError as exc:
         raise OutputError(os_error_message(exc, path)) from exc
     return rows

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from spr_data.arrays import joined
 from spr_data.dataset import open_dataset
 from spr_data.errors import InputError, SprDataError
 from spr_data.fsio import TMP_SUFFIX, atomic_write_bytes
@@ -367,8 +368,8 @@ class AlignStage:
             score_parts.append(np.asarray(scores, np.float32))
             seen_parts.append(seen)
             start += n
-        ids, scores, seen = (_joined(id_parts, np.uint64), _joined(score_parts, np.float32),
-                             _joined(seen_parts, np.bool_))
+        ids, scores, seen = (joined(id_parts, np.uint64), joined(score_parts, np.float32),
+                             joined(seen_parts, np.bool_))
         threshold = np.where(seen, info["threshold"], info["threshold_unseen"])
         p_values = _p_values(scores, seen, info)
         out = StageOutput(columns={ALIGN_SCORE: pa.array(scores),
@@ -400,10 +401,6 @@ def _p_values(scores: np.ndarray, seen: np.ndarray, info: dict[str, Any]) -> np.
     values: np.ndarray = np.where(seen, p_translation(scores, info["p_translation"]),
                                   p_translation(scores, info["p_translation_unseen"]))
     return values
-
-
-def _joined(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
-    return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
 
 class _CrossLinks:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from spr_data.arrays import joined
 from spr_data.fsio import TMP_SUFFIX
 from spr_data.qa.stage import CombineContext, StageOutput, UnitRows, unit_ids
 from spr_data.recipe import DedupConfig
@@ -68,10 +69,6 @@ def too_many_targets_ids(source_hashes: np.ndarray, ids: np.ndarray, limit: int)
     group_start = np.maximum.accumulate(np.where(starts, np.arange(len(h)), 0))
     rank = np.arange(len(h)) - group_start
     return np.sort(ids[order][rank >= limit])
-
-
-def _joined(parts: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
 
 
 def _sorted_by_hash(hashes: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -176,10 +173,10 @@ class DedupStage:
             content.append(content_hashes(texts))
             if self.by_source:
                 source.append(content_hashes(texts[:1]))
-        all_ids = np.concatenate(ids) if ids else np.zeros(0, np.uint64)
-        out = [_sorted_by_hash(_joined(content), all_ids)]
+        all_ids = joined(ids, np.uint64)
+        out = [_sorted_by_hash(joined(content, np.uint64), all_ids)]
         if self.by_source:
-            out.append(_sorted_by_hash(_joined(source), all_ids))
+            out.append(_sorted_by_hash(joined(source, np.uint64), all_ids))
         return np.concatenate(out)
 
     def combine(self, context: CombineContext) -> dict[str, Any]:

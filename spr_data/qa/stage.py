@@ -31,6 +31,7 @@ from typing import Any, Protocol, TypeAlias, TypeVar, runtime_checkable
 import numpy as np
 import pyarrow as pa
 
+from spr_data.arrays import joined
 from spr_data.schema import ID
 
 __all__ = ["Batch", "CombineContext", "CorpusStage", "RowStage", "Stage", "StageOutput",
@@ -155,8 +156,8 @@ Stage = RowStage | CorpusStage
 
 def unit_ids(rows: UnitRows) -> np.ndarray:
     """The ids of a unit's rows, in order (8 bytes a row: a corpus stage may hold them)."""
-    parts = [np.asarray(batch.column(ID).to_numpy(), np.uint64) for batch in rows]
-    return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+    return joined([np.asarray(batch.column(ID).to_numpy(), np.uint64) for batch in rows],
+                  np.uint64)
 
 
 def stage_of(stages: Sequence[Stage]) -> dict[str, str]:
