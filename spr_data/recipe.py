@@ -195,7 +195,9 @@ class AlignConfig:
     #: this many neighbouring rows whose lines translate each other better than their own;
     #: 0 turns it off (see :func:`spr_data.qa.align.shifted_runs`)
     shift_links: int = _key(2, 0, why="0 turns the check off")
-    iterations: int = _key(5, 1, why="rounds of EM; 0 leaves the model untrained")
+    iterations: int = _key(3, 1, why="rounds of EM; 0 leaves the model untrained")
+    #: over-relaxed EM (1.0: plain EM); at 2.0, 3 rounds decide as 5 plain ones did
+    relaxation: float = _key(2.0, 1.0, 4.0, high_open=True, why="1.0 is plain EM")
     max_train_pairs: int = _key(300_000, 1)
     seed: int = _key(0, 0)
     #: a dataset of trusted pairs to train on instead of the corpus being cleaned

@@ -259,6 +259,38 @@ def test_training_is_bit_identical(ben):
     np.testing.assert_allclose(other.score(src, tgt), first.score(src, tgt), atol=1e-3)
 
 
+def test_relaxed_em_gets_in_3_rounds_nearer_convergence_than_plain_em(ben):
+    """Over-relaxed EM (the default) moves each step past plain EM's: after 3 rounds its
+    scores are nearer those of plain EM run to convergence (20 rounds) than plain EM's own
+    after 3, and each t(.|e) is still a distribution."""
+    src, tgt = ben
+    converged = LexicalAligner.train(src, tgt, AlignerOptions("en", "bn", iterations=20,
+                                                              relaxation=1.0)).score(src, tgt)
+    plain = LexicalAligner.train(src, tgt, AlignerOptions("en", "bn", iterations=3,
+                                                          relaxation=1.0))
+    relaxed = LexicalAligner.train(src, tgt, AlignerOptions("en", "bn", iterations=3))
+    assert relaxed.options.relaxation == 2.0
+    gap_plain = np.mean(np.abs(plain.score(src, tgt) - converged))
+    gap_relaxed = np.mean(np.abs(relaxed.score(src, tgt) - converged))
+    assert gap_relaxed < 0.7 * gap_plain, (gap_relaxed, gap_plain)
+    v = relaxed.tgt_vocab.size
+    rows = np.bincount(relaxed.keys // v, weights=relaxed.t_tgt_given_src)
+    assert np.all(rows <= 1.0 + 1e-5)  # pruning only takes mass away
+
+
+def test_a_plain_em_model_keeps_the_hash_it_had_before_relaxation(ben, tmp_path: Path):
+    """Models saved before ``relaxation`` existed have no such option: they load as plain EM
+    with their stored hash (the option is left out of the hashed JSON at 1.0)."""
+    src, tgt = ben
+    model = LexicalAligner.train(src, tgt, AlignerOptions("en", "bn", iterations=2,
+                                                          relaxation=1.0))
+    assert "relaxation" not in model.options.to_json()
+    model.save(tmp_path / "m.npz")
+    loaded = LexicalAligner.load(tmp_path / "m.npz", expected_hash=model.content_hash)
+    assert loaded.options.relaxation == 1.0
+    assert '"relaxation":2.0' in AlignerOptions("en", "bn").to_json()
+
+
 @dataclass
 class _Tasks:
     """EM's parts on real worker processes, with their files in ``work``."""

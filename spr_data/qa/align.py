@@ -32,6 +32,11 @@ quarters of the source unexplained (``s(src|tgt)`` low); averaged, such a pair l
 A pair with an empty side (after tokenization) scores ``-inf``: there is nothing to align, and
 any finite threshold rejects it.
 
+Training is over-relaxed EM (``relaxation`` η = 2: each step moves ``t_em^η / t_before^(η-1)``,
+renormalized): IBM-1's EM converges slowly, and on the quality corpora (6 corpora x 0/10/25/50%
+junk) 3 relaxed rounds decide as 5 plain ones did (real pairs lost 2.39 vs 2.36%, re-paired
+recall 0.795 vs 0.786), where 3 plain rounds lose 2.95%: EM is most of the training cost.
+
 Memory and time are bounded: at most ``max_train_pairs`` pairs (a seeded subsample), each side
 cut to ``max_train_tokens`` tokens, vocabularies capped at ``max_vocab`` words per side (the
 rest is one UNK id), at most ``max_table_entries`` word pairs in the table (the most frequent
@@ -244,11 +249,6 @@ class Vocabulary:
         return cls(words)
 
 
-def _token_counts(tokens: pa.Array) -> pl.DataFrame:
-    series = pl.Series("token", tokens)
-    return series.value_counts(name="count").with_columns(pl.col("count").cast(pl.Int64))
-
-
 def _merge_counts(frames: list[pl.DataFrame]) -> pl.DataFrame:
     return pl.concat(frames).group_by("token").agg(pl.col("count").sum())
 
@@ -281,11 +281,7 @@ def _encode(texts: pa.Array, vocab: Vocabulary, max_tokens: int) -> _Ragged:
         toks = alignment_tokens(texts.slice(start, _TEXT_ROWS), max_tokens=max_tokens)
         parts_ids.append(vocab.encode(toks.tokens))
         parts_len.append(toks.lengths)
-    lengths = np.concatenate(parts_len) if parts_len else np.zeros(0, np.int64)
-    offsets = np.zeros(lengths.size + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    ids = np.concatenate(parts_ids) if parts_ids else np.zeros(0, np.int32)
-    return _Ragged(offsets, ids)
+    return _ragged(parts_len, parts_ids)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -691,17 +687,48 @@ def _em(pairs: list[_Ragged], keys: U32, src_size: int, tgt_size: int,
                                      minlength=src_size)
                 tot_f += np.bincount(k % tgt_size, weights=counts_ef[lo:lo + k.size],
                                      minlength=tgt_size)
+            relax = options.relaxation if iteration > 0 else 1.0
+            norm_e = np.zeros(src_size)
+            norm_f = np.zeros(tgt_size)
             for lo in range(0, n_keys, step):
                 k = keys[lo:lo + step]
                 sl = slice(lo, lo + k.size)
-                table.real[sl] = _safe_div(counts_fe[sl], tot_e[k // tgt_size])
-                table.imag[sl] = _safe_div(counts_ef[sl], tot_f[k % tgt_size])
+                src_of, tgt_of = k // tgt_size, k % tgt_size
+                table.real[sl] = _relaxed(_safe_div(counts_fe[sl], tot_e[src_of]),
+                                          table.real[sl], relax)
+                table.imag[sl] = _relaxed(_safe_div(counts_ef[sl], tot_f[tgt_of]),
+                                          table.imag[sl], relax)
+                if relax != 1.0:
+                    norm_e += np.bincount(src_of, weights=table.real[sl], minlength=src_size)
+                    norm_f += np.bincount(tgt_of, weights=table.imag[sl], minlength=tgt_size)
+            if relax != 1.0:  # the extrapolated rows sum to 1 again
+                for lo in range(0, n_keys, step):
+                    k = keys[lo:lo + step]
+                    sl = slice(lo, lo + k.size)
+                    table.real[sl] = _safe_div(table.real[sl].astype(np.float64),
+                                               norm_e[k // tgt_size])
+                    table.imag[sl] = _safe_div(table.imag[sl].astype(np.float64),
+                                               norm_f[k % tgt_size])
             null_f = _safe_div(cnt_null_f, np.full(tgt_size, cnt_null_f.sum()))
             null_e = _safe_div(cnt_null_e, np.full(src_size, cnt_null_e.sum()))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return (table.real[:-1].astype(np.float32), table.imag[:-1].astype(np.float32),
             null_f.astype(np.float32), null_e.astype(np.float32))
+
+
+def _relaxed(em: F64, before: NDArray[np.float32], relax: float) -> F64:
+    """Over-relaxed EM (``relax`` = η > 1): each probability moves past EM's update,
+    ``t_em^η / t_before^(η-1)``, before the rows are normalized again (:func:`_em`); plain EM at
+    η = 1. Zero stays zero. Measured on the quality corpora (6 corpora x 0/10/25/50% junk):
+    3 iterations at η = 2 decide as 5 plain ones do, plain 3 lose 0.6 points more real pairs."""
+    if relax == 1.0:
+        return em
+    out = np.zeros(em.size)
+    old = before.astype(np.float64)
+    ok = (em > 0) & (old > 0)
+    out[ok] = np.exp(relax * np.log(em[ok]) - (relax - 1.0) * np.log(old[ok]))
+    return out
 
 
 def _safe_div(num: F64, den: F64) -> F64:
@@ -720,7 +747,9 @@ class AlignerOptions:
 
     src_lang: str
     tgt_lang: str
-    iterations: int = 5
+    iterations: int = 3
+    #: over-relaxed EM: each step goes η times as far as plain EM's, in log space (1.0: plain)
+    relaxation: float = 2.0
     max_train_pairs: int = 300_000
     seed: int = 0
     #: words per side; the rest share one UNK id (at most 65,000: keys fit 32 bits)
@@ -756,15 +785,20 @@ class AlignerOptions:
             raise InputError(f"align option max_vocab must be <= 65000, found {self.max_vocab}")
         floats = {"prune_below": (self.prune_below, 0.0, 1.0),
                   "floor": (self.floor, 1e-12, 1.0),
-                  "length_weight": (self.length_weight, 0.0, 100.0)}
+                  "length_weight": (self.length_weight, 0.0, 100.0),
+                  "relaxation": (self.relaxation, 1.0, 4.0)}
         for key, (val, lowest, above) in floats.items():
             if not (isinstance(val, float) and lowest <= val < above):
                 raise InputError(f"align option {key} must be a float in [{lowest}, {above}), "
                                  f"found {val!r}")
 
     def to_json(self) -> str:
-        """Canonical JSON (sorted keys): what is saved and hashed."""
-        return json.dumps(dataclasses.asdict(self), sort_keys=True, separators=(",", ":"))
+        """Canonical JSON (sorted keys): what is saved and hashed. Plain EM leaves
+        ``relaxation`` out, as models saved before it existed did: their hashes still hold."""
+        fields = dataclasses.asdict(self)
+        if self.relaxation == 1.0:
+            del fields["relaxation"]
+        return json.dumps(fields, sort_keys=True, separators=(",", ":"))
 
 
 class LexicalAligner:
@@ -818,10 +852,8 @@ class LexicalAligner:
                                           seed=options.seed))
             src, tgt = src.take(rows), tgt.take(rows)
         src_arr, tgt_arr = _pair_arrays(src, tgt)
-        src_vocab = _build_vocab(src_arr, options)
-        tgt_vocab = _build_vocab(tgt_arr, options)
-        src_ids = _encode(src_arr, src_vocab, options.max_train_tokens)
-        tgt_ids = _encode(tgt_arr, tgt_vocab, options.max_train_tokens)
+        src_vocab, src_ids = _vocab_and_ids(src_arr, options)
+        tgt_vocab, tgt_ids = _vocab_and_ids(tgt_arr, options)
         del src, tgt, src_arr, tgt_arr  # the ids are what EM needs (a caller may let go too)
         pa.default_memory_pool().release_unused()
         both = np.flatnonzero((src_ids.lengths > 0) & (tgt_ids.lengths > 0))
@@ -964,7 +996,9 @@ class LexicalAligner:
             if version != FORMAT_VERSION:
                 raise InputError(f"alignment model {path} has format {version}, expected "
                                  f"{FORMAT_VERSION}; retrain it with this version")
-            options = AlignerOptions(**json.loads(arrays["options"].tobytes().decode()))
+            saved = json.loads(arrays["options"].tobytes().decode())
+            saved.setdefault("relaxation", 1.0)  # saved before relaxed EM: trained plain
+            options = AlignerOptions(**saved)
             options.check()
             stored = arrays["content_hash"].tobytes().decode()
             model = cls(options,
@@ -1027,16 +1061,36 @@ def _pair_arrays(src: pa.Array | pa.ChunkedArray,
     return src_arr, tgt_arr
 
 
-def _build_vocab(texts: pa.Array, options: AlignerOptions) -> Vocabulary:
-    frames = [
-        _token_counts(alignment_tokens(texts.slice(start, _TEXT_ROWS),
-                                       max_tokens=options.max_train_tokens).tokens)
-        for start in range(0, len(texts), _TEXT_ROWS)
-    ]
+def _vocab_and_ids(texts: pa.Array, options: AlignerOptions) -> tuple[Vocabulary, _Ragged]:
+    """The training vocabulary of one side and its pairs' token ids, tokenizing once: each
+    slice's tokens are kept as indices into the slice's distinct words (4 bytes a token), which
+    the vocabulary then maps to ids."""
+    frames: list[pl.DataFrame] = []
+    slices: list[tuple[pa.Array, I32]] = []
+    lengths: list[I64] = []
+    for start in range(0, len(texts), _TEXT_ROWS):
+        toks = alignment_tokens(texts.slice(start, _TEXT_ROWS),
+                                max_tokens=options.max_train_tokens)
+        encoded = toks.tokens.dictionary_encode()
+        local = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), np.int32)
+        counts = np.bincount(local, minlength=len(encoded.dictionary)).astype(np.int64)
+        frames.append(pl.DataFrame({"token": pl.Series(values=encoded.dictionary),
+                                    "count": counts}))
+        slices.append((encoded.dictionary, local))
+        lengths.append(toks.lengths)
     if not frames:
         frames = [pl.DataFrame({"token": pl.Series([], dtype=pl.String),
                                 "count": pl.Series([], dtype=pl.Int64)})]
-    return Vocabulary.build(_merge_counts(frames), max_size=options.max_vocab)
+    vocab = Vocabulary.build(_merge_counts(frames), max_size=options.max_vocab)
+    ids = [vocab.encode(words)[local] for words, local in slices]
+    return vocab, _ragged(lengths, ids)
+
+
+def _ragged(lengths: list[I64], ids: list[I32]) -> _Ragged:
+    all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+    offsets = np.zeros(all_lengths.size + 1, np.int64)
+    np.cumsum(all_lengths, out=offsets[1:])
+    return _Ragged(offsets, np.concatenate(ids) if ids else np.zeros(0, np.int32))
 
 
 # ---------------------------------------------------------------------------------------------

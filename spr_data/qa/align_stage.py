@@ -157,7 +157,7 @@ class AlignStage:
         del src, tgt
         release_heap()
         options = AlignerOptions(src_lang=self.src_lang, tgt_lang=self.tgt_lang,
-                                 iterations=cfg.iterations,
+                                 iterations=cfg.iterations, relaxation=cfg.relaxation,
                                  max_train_pairs=max(cfg.max_train_pairs, len(training[0])),
                                  seed=cfg.seed)
         trained_on = len(training[0])
