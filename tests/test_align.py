@@ -19,6 +19,7 @@ from spr_data.errors import InputError
 from spr_data.pipeline.executor import LocalExecutor
 from spr_data.qa.align import (
     EMPTY_SCORE,
+    IDENTITY_LINK,
     UNK_ID,
     AlignerOptions,
     LexicalAligner,
@@ -209,6 +210,9 @@ def reference_scores(model: LexicalAligner, src: pa.Array, tgt: pa.Array) -> lis
     link = {(int(k) // v, int(k) % v): float(np.float32((a + b) / 2)) for k, a, b in
             zip(model.keys, model.t_tgt_given_src.astype(float), model.t_src_given_tgt,
                 strict=True)}
+    for word, e in s_id.items():  # a word written the same on both sides: at least 0.5
+        if len(word) >= 3 and word in t_id:
+            link[e, t_id[word]] = max(link.get((e, t_id[word]), 0.0), IDENTITY_LINK)
     out = []
     s_tok = alignment_tokens(src, max_tokens=o.max_score_tokens)
     t_tok = alignment_tokens(tgt, max_tokens=o.max_score_tokens)
@@ -257,6 +261,17 @@ def test_training_is_bit_identical(ben):
     other = LexicalAligner.train(src, tgt, AlignerOptions("en", "bn", max_table_entries=20_000))
     assert other.content_hash != first.content_hash
     np.testing.assert_allclose(other.score(src, tgt), first.score(src, tgt), atol=1e-3)
+
+
+def test_a_rare_word_written_the_same_on_both_sides_links_itself():
+    """EM cannot learn a link for a name seen once on each side in different pairs; the same
+    string on both sides links at ``IDENTITY_LINK`` anyway (3 letters or more: not "a")."""
+    src = pa.array(["das haus", "das buch", "ein buch", "marlins spielen", "a b"] * 3)
+    tgt = pa.array(["the house", "the book", "a book", "they play marlins", "x y"] * 3)
+    model = LexicalAligner.train(src, tgt, AlignerOptions("de", "en"))
+    fwd, bwd = model.score_directions(pa.array(["marlins", "a"]), pa.array(["marlins", "a"]))
+    assert fwd[0] >= math.log(IDENTITY_LINK) and bwd[0] >= math.log(IDENTITY_LINK)
+    assert fwd[1] < math.log(IDENTITY_LINK)  # "a" is too short to count as a name
 
 
 def test_relaxed_em_gets_in_3_rounds_nearer_convergence_than_plain_em(ben):

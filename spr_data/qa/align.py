@@ -16,7 +16,9 @@ directions' probabilities, ``a(e, f) = (t(f|e) + t(e|f)) / 2``. For a pair with 
     align_score = min(s(tgt|src), s(src|tgt)) - λ · | log((l+1)/(m+1)) - μ |
 
 with ε = ``floor`` (1e-3), λ = ``length_weight`` (0.25) and μ the median of that log length
-ratio over the training pairs. A score is in about [log ε - λ·Δ, 0]: 0 means every token has a
+ratio over the training pairs. A word of 3 letters or more that both vocabularies hold (a
+name, a number) links to itself at least ``IDENTITY_LINK`` (0.5): see
+:func:`_with_identity_links`. A score is in about [log ε - λ·Δ, 0]: 0 means every token has a
 certain partner on the other side. Why not the Model 1 likelihood itself,
 ``1/m Σ_j log(Σ_i t(f_j|e_i)/(l+1))``: on real corpora with 5% re-paired pairs, at a threshold
 that rejects 3% of the real pairs, it caught 93% of re-paired pairs on Tatoeba eng–cmn, 94% on
@@ -828,7 +830,8 @@ class LexicalAligner:
         self.content_hash = self._hash()
         # the link strength a(e, f) of each key rides in the hash as float32 bits; 0 if absent
         link = ((t_tgt_given_src.astype(np.float64) + t_src_given_tgt) / 2).astype(np.float32)
-        self._links = _PackedHash(keys, link.view(np.uint32), absent=0, load=_SCORE_LOAD)
+        keys_, link = _with_identity_links(keys, link, src_vocab, tgt_vocab)
+        self._links = _PackedHash(keys_, link.view(np.uint32), absent=0, load=_SCORE_LOAD)
 
     # -- training ------------------------------------------------------------------------------
 
@@ -1040,6 +1043,36 @@ class LexicalAligner:
 
 # ---------------------------------------------------------------------------------------------
 # Internals
+
+
+#: the link strength a word written the same on both sides has at least (``_IDENTITY_CHARS``
+#: letters or more: names, numbers, codes; not "a" or "in")
+IDENTITY_LINK = 0.5
+_IDENTITY_CHARS = 3
+
+
+def _with_identity_links(keys: U32, link: F32, src_vocab: Vocabulary,
+                         tgt_vocab: Vocabulary) -> tuple[U32, F32]:
+    """``keys`` and ``link`` with every word that both vocabularies hold linked to itself
+    at least ``IDENTITY_LINK``. Why: a name or a number seen once or twice gets no link EM
+    can trust, yet the same rare string on both sides is strong evidence of a translation
+    (and rare in a pair that is not). Measured on the quality corpora (6 corpora x 0/10/25/50%
+    junk): real pairs lost on the Latin-script pairs 0.1-0.35 points fewer, recall of every
+    kind the same or higher; 0.9 instead of 0.5, or 2 letters instead of 3, the same."""
+    at = pc.index_in(src_vocab.words, value_set=tgt_vocab.words)
+    chars = pc.utf8_length(src_vocab.words)
+    same = pc.and_(pc.is_valid(at), pc.greater_equal(chars, _IDENTITY_CHARS))
+    src_ids = np.flatnonzero(same.to_numpy(zero_copy_only=False)) + FIRST_WORD_ID
+    if src_ids.size == 0:
+        return keys, link
+    tgt_ids = at.filter(same).to_numpy().astype(np.int64) + FIRST_WORD_ID
+    identity = np.unique((src_ids * tgt_vocab.size + tgt_ids).astype(np.uint32))
+    merged = np.union1d(keys, identity).astype(np.uint32)
+    strength = np.zeros(merged.size, np.float32)
+    strength[np.searchsorted(merged, keys)] = link
+    at_identity = np.searchsorted(merged, identity)
+    strength[at_identity] = np.maximum(strength[at_identity], np.float32(IDENTITY_LINK))
+    return merged, strength
 
 
 def training_rows(n_rows: int, *, max_pairs: int, seed: int) -> I64:
