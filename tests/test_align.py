@@ -291,6 +291,13 @@ def test_relaxed_em_gets_in_3_rounds_nearer_convergence_than_plain_em(ben):
     v = relaxed.tgt_vocab.size
     rows = np.bincount(relaxed.keys // v, weights=relaxed.t_tgt_given_src)
     assert np.all(rows <= 1.0 + 1e-5)  # pruning only takes mass away
+    whole = LexicalAligner.train(src, tgt, AlignerOptions("en", "bn", prune_below=0.0))
+    v = whole.tgt_vocab.size
+    for side, table in ((whole.keys // v, whole.t_tgt_given_src),
+                        (whole.keys % v, whole.t_src_given_tgt)):
+        sums = np.bincount(side, weights=table)
+        # renormalized after each jump
+        np.testing.assert_allclose(sums[sums > 0], 1.0, atol=1e-4)
 
 
 def test_a_plain_em_model_keeps_the_hash_it_had_before_relaxation(ben, tmp_path: Path):

@@ -184,10 +184,7 @@ class AlignStage:
         calib_scores, unseen_scores, seen_scores = _scores_in_tasks(
             context, paths["model"], model_hash, scored,
             [calib.size, len(unseen_neg.kinds), len(seen_neg.kinds)])
-        corpus_scores = np.full(n, np.nan, np.float32)  # NaN: a row not scored
-        corpus_scores[calib] = calib_scores
-        in_calib = np.zeros(n, bool)
-        in_calib[calib] = True
+        trained_scored = in_train[calib]  # the rest of ``calib`` is the held-out rows
 
         def calibrated(corpus: np.ndarray, negatives: Any, scores: np.ndarray) -> Any:
             try:
@@ -209,11 +206,11 @@ class AlignStage:
                                    negatives_histogram=(0,) * (SCORE_EDGES.size - 1))
 
         score_seconds = time.perf_counter() - started
-        unseen = calibrated(corpus_scores[held], unseen_neg, unseen_scores)
+        unseen = calibrated(calib_scores[~trained_scored], unseen_neg, unseen_scores)
         if outside:
             seen, seen_scores, seen_negatives = unseen, unseen_scores, unseen_neg
         else:
-            seen = calibrated(corpus_scores[in_train & in_calib], seen_neg, seen_scores)
+            seen = calibrated(calib_scores[trained_scored], seen_neg, seen_scores)
             seen_negatives = seen_neg
         warnings: list[str] = []
         thresholds = {"seen": seen.threshold, "unseen": unseen.threshold}
@@ -546,13 +543,11 @@ def _calibration_rows(ids: np.ndarray, in_train: np.ndarray, seed: int) -> np.nd
     """Sample rows to score for the calibrations, sorted: every held-out row (the unseen
     calibration's) and at most about ``_CALIBRATION_ROWS`` trained-on ones, drawn by row id."""
     trained = int(np.count_nonzero(in_train))
-    take = ~in_train
+    sampled = in_train
     if trained > _CALIBRATION_ROWS:
-        take |= in_train & (row_hash(ids, seed, _CALIBRATION_SALT)
-                            < _CALIBRATION_ROWS / trained)
-    else:
-        take |= in_train
-    return np.flatnonzero(take)
+        drawn = row_hash(ids, seed, _CALIBRATION_SALT) < _CALIBRATION_ROWS / trained
+        sampled = in_train & drawn
+    return np.flatnonzero(~in_train | sampled)
 
 
 def _histogram(values: np.ndarray) -> list[int]:
