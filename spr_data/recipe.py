@@ -198,6 +198,12 @@ class AlignConfig:
     iterations: int = _key(3, 1, why="rounds of EM; 0 leaves the model untrained")
     #: over-relaxed EM (1.0: plain EM); at 2.0, 3 rounds decide as 5 plain ones did
     relaxation: float = _key(2.0, 1.0, 4.0, high_open=True, why="1.0 is plain EM")
+    #: in scoring, a word may be the best link of at most max(2, fertility · m/l) words of the
+    #: other side (a rare word of a non-translation otherwise "explains" all of it); 0: off
+    fertility: float = _key(1.5, 0.0, 100.0, high_open=True, why="0 turns the limit off")
+    #: in scoring, a word's log-link weighs log(1 + pairs/count)^idf_power: frequent words
+    #: find a partner in any sentence, rare ones only in a translation; 0: all alike
+    idf_power: float = _key(0.5, 0.0, 4.0, high_open=True, why="0 weighs every word alike")
     max_train_pairs: int = _key(300_000, 1)
     seed: int = _key(0, 0)
     #: a dataset of trusted pairs to train on instead of the corpus being cleaned

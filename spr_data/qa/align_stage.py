@@ -166,6 +166,7 @@ class AlignStage:
         release_heap()
         options = AlignerOptions(src_lang=self.src_lang, tgt_lang=self.tgt_lang,
                                  iterations=cfg.iterations, relaxation=cfg.relaxation,
+                                 fertility=cfg.fertility, idf_power=cfg.idf_power,
                                  max_train_pairs=max(cfg.max_train_pairs, len(training[0])),
                                  seed=cfg.seed)
         trained_on = len(training[0])
