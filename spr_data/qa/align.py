@@ -73,6 +73,7 @@ import itertools
 import json
 import math
 import shutil
+import sys
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
@@ -450,28 +451,46 @@ def _capped_links(block: _Block, link: F32, l_len: I64, m_len: I64,
     that is not negative orders as its bits do, and the lowest partner wins a tie.
     """
     n_src, n_tgt = block.src_ids.size, block.tgt_ids.size
-    src_tok = np.repeat(np.arange(n_src, dtype=np.int64), block.m_of_e)
-    bits = link.view(np.uint32).astype(np.uint64) << np.uint64(32)
-    # each target token: its best source token, then the best other one
+    src_tok = np.repeat(np.arange(n_src, dtype=np.uint32), block.m_of_e)
+    # each target token: its best source token; each source token (its co-occurrences are one
+    # run): its best target token
     packed = np.zeros(n_tgt, np.uint64)
-    np.maximum.at(packed, block.gf, bits | (_LOW32 - src_tok.astype(np.uint64)))
+    np.maximum.at(packed, block.gf, _packed(link, src_tok))
     best_f, arg_f = _unpacked(packed)
-    second_f = np.zeros(n_tgt, np.float32)
-    np.maximum.at(second_f, block.gf, np.where(src_tok == arg_f[block.gf], 0.0, link)
-                  .astype(np.float32))
-    # each source token: its best target token (its co-occurrences are one run), then the next
-    best_e, arg_e = _unpacked(np.maximum.reduceat(
-        bits | (_LOW32 - block.gf.astype(np.uint64)), block.runs))
-    second_e = np.maximum.reduceat(
-        np.where(block.gf == np.repeat(arg_e, block.m_of_e), 0.0, link).astype(np.float32),
-        block.runs)
+    best_e, arg_e = _unpacked(np.maximum.reduceat(_packed(link, block.gf), block.runs))
     cap_f = np.maximum(_MIN_FERTILITY, np.ceil(fertility * m_len / l_len)).astype(np.int64)
     cap_e = np.maximum(_MIN_FERTILITY, np.ceil(fertility * l_len / m_len)).astype(np.int64)
-    over_f = _beyond(arg_f, best_f, cap_f[block.tgt_pair])
-    over_e = _beyond(arg_e, best_e, cap_e[block.src_pair])
-    out_f: F32 = np.where(over_f, second_f, best_f)
-    out_e: F32 = np.where(over_e, second_e, best_e)
+    # the co-occurrence of (source token i, target token j) is runs[i] + j - first[pair]
+    first = np.zeros(block.n_pairs, np.int64)
+    np.cumsum(m_len[:-1], out=first[1:])
+    out_f = best_f.copy()
+    over = _beyond(arg_f, best_f, cap_f[block.tgt_pair], n_src)
+    if over.size:  # their second best: the best link of another source token
+        others = link.copy()
+        others[block.runs[arg_f[over]] + over - first[block.tgt_pair[over]]] = 0
+        second = np.zeros(n_tgt, np.float32)
+        np.maximum.at(second, block.gf, others)
+        out_f[over] = second[over]
+    out_e = best_e.copy()
+    over = _beyond(arg_e, best_e, cap_e[block.src_pair], n_tgt)
+    if over.size:
+        others = link.copy()
+        others[block.runs + arg_e - first[block.src_pair]] = 0
+        out_e[over] = np.maximum.reduceat(others, block.runs)[over]
     return out_f, out_e
+
+
+_HIGH, _LOW = (1, 0) if sys.byteorder == "little" else (0, 1)
+
+
+def _packed(link: F32, partner: NDArray[Any]) -> NDArray[np.uint64]:
+    """``link``'s bits in the high 32 bits, ``~partner`` in the low ones: the maximum is the
+    strongest link, and of equal ones the lowest partner."""
+    out = np.empty(link.size, np.uint64)
+    words = out.view(np.uint32)
+    words[_HIGH::2] = link.view(np.uint32)
+    np.invert(partner, out=words[_LOW::2], casting="unsafe")
+    return out
 
 
 def _unpacked(packed: NDArray[np.uint64]) -> tuple[F32, I64]:
@@ -480,17 +499,21 @@ def _unpacked(packed: NDArray[np.uint64]) -> tuple[F32, I64]:
     return link, partner
 
 
-def _beyond(partner: I64, strength: F32, cap: I64) -> NDArray[np.bool_]:
-    """Per token: whether its best partner is the best of ``cap`` tokens or more that link it
-    more strongly (ties: the earlier token first)."""
-    key = (partner.astype(np.uint64) << np.uint64(32)) | (_LOW32 - strength.view(np.uint32)
-                                                          .astype(np.uint64))
+def _beyond(partner: I64, strength: F32, cap: I64, n_partners: int) -> I64:
+    """The tokens whose best partner is the best of ``cap`` tokens or more that link it more
+    strongly (ties: the earlier token first), ascending. Only partners chosen by more than
+    ``cap`` tokens are sorted: in a translation, few are."""
+    chosen = np.bincount(partner, minlength=n_partners)
+    maybe = np.flatnonzero(chosen[partner] > cap)
+    if maybe.size == 0:
+        return maybe
+    key = ((partner[maybe].astype(np.uint64) << np.uint64(32))
+           | (_LOW32 - strength[maybe].view(np.uint32).astype(np.uint64)))
     order = np.argsort(key, kind="stable")
-    grouped = partner[order]
+    grouped = partner[maybe][order]
     starts = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]])
     rank = np.arange(order.size) - np.repeat(starts, np.diff(np.r_[starts, order.size]))
-    over = np.empty(order.size, dtype=bool)
-    over[order] = rank >= cap[order]
+    over: I64 = np.sort(maybe[order[rank >= cap[maybe][order]]])
     return over
 
 
