@@ -205,6 +205,10 @@ class AlignConfig:
     #: find a partner in any sentence, rare ones only in a translation; 0: all alike
     idf_power: float = _key(0.5, 0.0, 4.0, high_open=True, why="0 weighs every word alike")
     max_train_pairs: int = _key(300_000, 1)
+    #: train on the fewest pairs (at least 65,536) whose words are known nearly as well as
+    #: from the whole sample: at most this share of the tokens fewer (0: the whole sample)
+    sample_tolerance: float = _key(0.005, 0.0, 1.0, high_open=True,
+                                   why="0 trains on the whole sample")
     seed: int = _key(0, 0)
     #: a dataset of trusted pairs to train on instead of the corpus being cleaned
     trusted: str | None = None

@@ -21,11 +21,14 @@ from spr_data.pipeline.executor import LocalExecutor
 from spr_data.qa.align import (
     EMPTY_SCORE,
     IDENTITY_LINK,
+    KNOWN_COUNT,
     UNK_ID,
     AlignerOptions,
     LexicalAligner,
+    _known_share,
     alignment_tokens,
     training_rows,
+    training_size,
 )
 from spr_data.qa.align import _PackedHash as PackedHash
 
@@ -441,6 +444,34 @@ def test_subsample_is_the_training_rows(ben):
     other_seed = LexicalAligner.train(src, tgt, AlignerOptions("en", "bn", max_train_pairs=1500,
                                                                seed=8))
     assert other_seed.content_hash != whole.content_hash
+
+
+def test_a_sample_is_cut_only_where_its_words_repeat(corpora: Path):
+    """``training_size``: a corpus whose words keep coming (real Multi30k, 29,000 pairs) keeps
+    nearly all of them even where the rule may cut to 4,096; the same pairs eight times over
+    (each word seen 8x as often) are cut hard; ``tolerance`` 0 and a sample at the smallest
+    size keep all."""
+    load = CORPORA["multi30k-en-de"][0]
+    src, tgt = load(corpora)
+    real = training_size(src, tgt, tolerance=0.005, smallest=4096)
+    assert 0.8 * len(src) <= real <= len(src)
+    eight_src = pa.concat_arrays([src] * 8)
+    eight_tgt = pa.concat_arrays([tgt] * 8)
+    repeated = training_size(eight_src, eight_tgt, tolerance=0.005, smallest=4096)
+    assert repeated < 0.8 * len(eight_src) and repeated % 1024 == 0
+    assert training_size(eight_src, eight_tgt, tolerance=0.0, smallest=4096) == len(eight_src)
+    assert training_size(src, tgt, tolerance=0.005) == len(src)  # under the default 65,536
+    assert training_size(eight_src, eight_tgt, tolerance=0.001, smallest=4096) >= repeated
+
+
+def test_the_known_share_is_the_binomial_one():
+    """The share of tokens whose word is seen ``KNOWN_COUNT`` times when each occurrence is
+    kept with probability p, against the binomial sum written out."""
+    counts = np.array([1, 3, 5, 8, 40, 200])
+    for keep in (0.1, 0.5, 0.9, 1.0):
+        expected = sum(k * sum(math.comb(k, i) * keep ** i * (1 - keep) ** (k - i)
+                               for i in range(KNOWN_COUNT, k + 1)) for k in counts)
+        assert _known_share(counts, keep) == pytest.approx(expected / counts.sum(), abs=1e-9)
 
 
 def test_save_load_round_trip(ben, tmp_path):
