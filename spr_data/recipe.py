@@ -203,7 +203,7 @@ class AlignConfig:
     fertility: float = _key(1.5, 0.0, 100.0, high_open=True, why="0 turns the limit off")
     #: in scoring, a word's log-link weighs log(1 + pairs/count)^idf_power: frequent words
     #: find a partner in any sentence, rare ones only in a translation; 0: all alike
-    idf_power: float = _key(0.5, 0.0, 4.0, high_open=True, why="0 weighs every word alike")
+    idf_power: float = _key(0.25, 0.0, 4.0, high_open=True, why="0 weighs every word alike")
     max_train_pairs: int = _key(300_000, 1)
     #: train on the fewest pairs (at least 65,536) whose words are known nearly as well as
     #: from the whole sample: at most this share of the tokens fewer (0: the whole sample)
