@@ -293,3 +293,19 @@ def test_the_stage_is_the_same_with_and_without_the_batched_model(corpora: Path,
     for reason, mask in outs[0]["rejects"].items():
         assert np.array_equal(mask, outs[1]["rejects"][reason]), reason
     assert outs[0]["rejects"]["wrong_lang_tgt"].sum() > 100
+
+
+def test_a_long_side_is_cut_for_fasttext_between_words_not_inside_one():
+    """fastText reads only a side's first 100 characters; cut inside a word, the piece is a
+    word of its own. Line 272 of the WMT sample cut after "fue" (of "fuel") was Spanish,
+    p 0.92, and rejected as ``wrong_lang_src``; cut before that word it is English."""
+    from spr_data.qa.langid import _first_words, predict_languages
+
+    line = ("I doubt that this package will satisfy the demands of some of the fishing sector , "
+            "especially if fuel prices remain high and we still have excess capacity .")
+    assert line[:100].endswith(" fue")
+    labels, probs, _ = predict_languages(pa.array([line]), frozenset(["en"]))
+    assert labels[0] == "en" and probs[0] > 0.9
+    cut = _first_words(pa.array([line, "short", "汉" * 150, line[:100]])).to_pylist()
+    assert cut[0] == line[:line.rindex(" ", 0, 100)] and cut[1] == "short"
+    assert cut[2] == "汉" * 100 and cut[3] == line[:100]  # 100 characters: not cut
