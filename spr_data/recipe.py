@@ -204,6 +204,12 @@ class AlignConfig:
     #: in scoring, a word's log-link weighs log(1 + pairs/count)^idf_power: frequent words
     #: find a partner in any sentence, rare ones only in a translation; 0: all alike
     idf_power: float = _key(0.25, 0.0, 4.0, high_open=True, why="0 weighs every word alike")
+    #: the worse direction's weight in align_score, the better one's 1 - worse_weight (0.5:
+    #: both directions alike; 1.0: the worse alone decides)
+    worse_weight: float = _key(0.5, 0.5, 1.0, why="0.5 weighs both directions alike")
+    #: fit what a difference in final punctuation (? ! or else) costs a pair, from the corpus'
+    #: own negatives (false: not used)
+    punctuation: bool = True
     max_train_pairs: int = _key(300_000, 1)
     #: train on the fewest pairs (at least 65,536) whose words are known nearly as well as
     #: from the whole sample: at most this share of the tokens fewer (0: the whole sample)

@@ -27,6 +27,8 @@ from spr_data.qa.align import (
     LexicalAligner,
     _known_share,
     alignment_tokens,
+    final_punctuation,
+    punct_weight,
     training_rows,
     training_size,
 )
@@ -262,8 +264,18 @@ def reference_scores(model: LexicalAligner, src: pa.Array, tgt: pa.Array) -> lis
         fwd = _side_mean(fs, es, lambda f, e: link.get((e, f), 0.0), model, "tgt")
         bwd = _side_mean(es, fs, lambda e, f: link.get((e, f), 0.0), model, "src")
         gap = abs(math.log((len(es) + 1) / (len(fs) + 1)) - model.length_log_ratio)
-        out.append(min(fwd, bwd) - o.length_weight * gap)
+        worse, better = min(fwd, bwd), max(fwd, bwd)
+        mean = o.worse_weight * worse + (1 - o.worse_weight) * better
+        differ = _ends(src[i].as_py()) != _ends(tgt[i].as_py())
+        out.append(mean - o.length_weight * gap - o.punct_weight * differ)
     return out
+
+
+def _ends(text: str | None) -> str:
+    """How a text ends: "?" (a question mark of any script), "!" or "" (anything else)."""
+    text = (text or "").rstrip(" \t\"'”’»›)]}）」』】〉》")
+    last = text[-1:]
+    return "?" if last in "?？؟⸮፧" else "!" if last in "!！" else ""
 
 
 def _side_mean(tokens: list[int], partners: list[int], link, model: LexicalAligner,
@@ -292,6 +304,28 @@ def _side_mean(tokens: list[int], partners: list[int], link, model: LexicalAlign
                    ** o.idf_power if t != UNK_ID else 1e-3 for t in tokens]
     total = sum(w * math.log(v + o.floor) for w, v in zip(weights, value, strict=True))
     return total / sum(weights)
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    ("Is it?", 1), ("你好吗？", 1), ("هل هو؟", 1), ('He asked: "Why?"', 1), ("(Why?) ", 1),
+    ("Go!", 2), ("走！」", 2), ("Go.", 0), ("তুমি কেমন আছ।", 0), ("", 0), (None, 0),
+    ("A?b", 0), ("1 + 1 = ?!", 2)])
+def test_final_punctuation_reads_how_a_text_ends(text: str | None, kind: int):
+    assert final_punctuation(pa.array([text], pa.string())).tolist() == [kind]
+
+
+def test_the_punctuation_weight_follows_the_evidence():
+    """A difference that negatives show far more often than corpus pairs costs a pair score;
+    one both show alike, or that almost never happens, costs nothing."""
+    rng = np.random.default_rng(3)
+    corpus, negatives = rng.normal(-1.5, 0.5, 4000), rng.normal(-3.5, 0.8, 1000)
+    rare = (np.zeros(4000, bool), rng.random(1000) < 0.002)
+    telling = (rng.random(4000) < 0.01, rng.random(1000) < 0.3)
+    alike = (rng.random(4000) < 0.2, rng.random(1000) < 0.2)
+    assert punct_weight(corpus, telling[0], negatives, telling[1]) > 0.5
+    assert punct_weight(corpus, alike[0], negatives, alike[1]) < 0.1
+    assert punct_weight(corpus, rare[0], negatives, rare[1]) < 0.1
+    assert punct_weight(corpus[:0], telling[0][:0], negatives, telling[1]) == 0.0
 
 
 def test_scores_match_the_formula(trained):
@@ -365,24 +399,32 @@ def test_relaxed_em_gets_in_3_rounds_nearer_convergence_than_plain_em(ben):
 
 
 def test_a_model_saved_before_the_newer_options_keeps_its_hash_and_scores(ben, tmp_path: Path):
-    """Models saved before ``relaxation``, ``fertility`` and ``idf_power`` existed have no
-    such options: they load as plain EM scored by plain best links, with their stored hash
-    (each option is left out of the hashed JSON, and the word counts out of the arrays, at
-    the value that means "as before")."""
+    """Models saved before ``relaxation``, ``fertility``, ``idf_power``, ``worse_weight`` and
+    ``punct_weight`` existed have no such options: they load as plain EM scored by plain best
+    links, the worse direction alone deciding, with their stored hash (each option is left out
+    of the hashed JSON, and the word counts out of the arrays, at the value that means "as
+    before")."""
     src, tgt = ben
     model = LexicalAligner.train(src, tgt, AlignerOptions("en", "bn", iterations=2,
                                                           relaxation=1.0, fertility=0.0,
-                                                          idf_power=0.0))
-    for option in ("relaxation", "fertility", "idf_power"):
+                                                          idf_power=0.0, worse_weight=1.0))
+    for option in ("relaxation", "fertility", "idf_power", "worse_weight", "punct_weight"):
         assert option not in model.options.to_json()
     assert "src_counts" not in model._arrays()
     model.save(tmp_path / "m.npz")
     loaded = LexicalAligner.load(tmp_path / "m.npz", expected_hash=model.content_hash)
-    assert (loaded.options.relaxation, loaded.options.fertility,
-            loaded.options.idf_power) == (1.0, 0.0, 0.0)
+    assert (loaded.options.relaxation, loaded.options.fertility, loaded.options.idf_power,
+            loaded.options.worse_weight, loaded.options.punct_weight) == (1.0, 0.0, 0.0, 1.0,
+                                                                           0.0)
     np.testing.assert_array_equal(loaded.score(src, tgt), model.score(src, tgt))
+    fwd, bwd = model.score_directions(src, tgt)
+    scored = model.scores(src, tgt)
+    np.testing.assert_array_equal(scored.score, scored.coverage)  # the worse direction alone
+    assert np.all(scored.score[np.isfinite(scored.score)]
+                  <= np.minimum(fwd, bwd)[np.isfinite(scored.score)] + 1e-6)
     new = AlignerOptions("en", "bn").to_json()
     assert '"relaxation":2.0' in new and '"fertility":1.5' in new and '"idf_power":0.25' in new
+    assert '"worse_weight":0.5' in new
     weighted = LexicalAligner.train(src, tgt, AlignerOptions("en", "bn", iterations=2))
     weighted.save(tmp_path / "w.npz")
     again = LexicalAligner.load(tmp_path / "w.npz", expected_hash=weighted.content_hash)

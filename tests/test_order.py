@@ -115,7 +115,8 @@ def test_token_batches_do_not_depend_on_world_size_and_differ_by_epoch(sizes: li
     assert three.batch_rows(2, 1).tolist() == batches[(1 * 3 + 2) % len(batches)]
     other = token_plan(len(arr), lambda rows: arr[rows], max_tokens=400, seed=seed, epoch=3,
                        window=256)
-    assert [other.rows_of(k).tolist() for k in range(other.total_batches)] != batches
+    if one.total_batches >= 8:  # fewer may fall in the same order by chance (one batch: surely)
+        assert [other.rows_of(k).tolist() for k in range(other.total_batches)] != batches
 
 
 def test_length_bucketing_leaves_little_padding():

@@ -36,6 +36,7 @@ from spr_data.qa.align import (
     Negatives,
     calibrate,
     p_translation,
+    punct_weight,
     row_hash,
     shifted_from_cross,
     synthetic_negatives,
@@ -73,6 +74,11 @@ _SMALLEST_SAMPLE = SMALLEST_SAMPLE
 #: Tatoeba eng–cmn at 25% junk: estimated 0.5%, true 5.7%; with re-paired pairs alone 2.0%,
 #: true 1.3%)
 _MIXTURE_KINDS = ("repaired",)
+#: the negatives ``align_score`` is calibrated on: two whole sentences that are not each
+#: other's translation. A side cut to 15-50% keeps the words of its own row, and both
+#: directions' mean scores it much like a translation: calibrated on every kind, the junk
+#: share of a corpus without junk was overestimated and more of its real pairs went
+_PAIR_KINDS = [NEGATIVE_KINDS.index("repaired"), NEGATIVE_KINDS.index("shifted")]
 
 
 @dataclass(frozen=True)
@@ -174,6 +180,7 @@ class AlignStage:
         options = AlignerOptions(src_lang=self.src_lang, tgt_lang=self.tgt_lang,
                                  iterations=cfg.iterations, relaxation=cfg.relaxation,
                                  fertility=cfg.fertility, idf_power=cfg.idf_power,
+                                 worse_weight=cfg.worse_weight,
                                  max_train_pairs=max(cfg.max_train_pairs, len(training[0])),
                                  seed=cfg.seed)
         trained_on = len(training[0])
@@ -193,14 +200,36 @@ class AlignStage:
             context, paths["model"], model_hash, scored,
             [calib.size, len(unseen_neg.kinds), len(seen_neg.kinds)])
         trained_scored = in_train[calib]  # the rest of ``calib`` is the held-out rows
+        weight = 0.0
+        if cfg.punctuation and not cfg.model:  # a reused model keeps the weight it has
+            fit_rows = slice(None) if outside else trained_scored
+            fit_neg, fit_scores = ((unseen_neg, unseen_scores) if outside
+                                   else (seen_neg, seen_scores))
+            pair_kind = np.isin(fit_neg.kinds, _PAIR_KINDS)
+            weight = punct_weight(calib_scores[0, fit_rows], calib_scores[1, fit_rows] > 0,
+                                  fit_scores[0, pair_kind], fit_scores[1, pair_kind] > 0)
+        if weight > 0.0:
+            aligner = LexicalAligner.load(paths["model"], expected_hash=model_hash)
+            aligner = aligner.with_options(punct_weight=weight)
+            aligner.save(tmp)
+            tmp.replace(paths["model"])
+            model_hash = aligner.content_hash
+            del aligner
+            for part in (calib_scores, unseen_scores, seen_scores):
+                part[0] -= np.float32(weight) * part[1]
+        calib_scores, unseen_scores, seen_scores = (
+            part[0] for part in (calib_scores, unseen_scores, seen_scores))
 
         def calibrated(corpus: np.ndarray, negatives: Any, scores: np.ndarray) -> Any:
+            # calibrated on the negatives that are two whole sentences (see _PAIR_KINDS)
+            pair_kind = np.isin(negatives.kinds, _PAIR_KINDS)
+            kinds, scores = negatives.kinds[pair_kind], scores[pair_kind]
             try:
                 return calibrate(corpus, scores, negative_recall=cfg.negative_recall,
                                  max_real_reject=cfg.max_real_reject,
                                  min_p_translation=cfg.min_p_translation,
-                                 reference=negatives.kinds == repaired, kinds=negatives.kinds,
-                                 mixture=np.isin(negatives.kinds,
+                                 reference=kinds == repaired, kinds=kinds,
+                                 mixture=np.isin(kinds,
                                                  [NEGATIVE_KINDS.index(k)
                                                   for k in _MIXTURE_KINDS]))
             except InputError:
@@ -253,6 +282,7 @@ class AlignStage:
                 "corpus_pairs_scored": int(calib.size), "quantile": cfg.quantile,
                 "min_score": cfg.min_score, "trusted": cfg.trusted, "model": cfg.model,
                 "model_hash": model_hash, "train_seconds": round(train_seconds, 3),
+                "punct_weight": round(weight, 6),
                 "score_seconds": round(score_seconds, 3),
                 "calibrated_threshold": seen.threshold,
                 "calibrated_threshold_unseen": unseen.threshold,
@@ -264,16 +294,23 @@ class AlignStage:
                 "estimated_misaligned_share_range": [round(seen.misaligned_share_low, 6),
                                                      round(seen.misaligned_share, 6)],
                 "estimated_misaligned_share_unseen": round(unseen.misaligned_share, 6),
-                "negatives_rejected": round(float(np.mean(seen_scores < threshold))
-                                            if len(seen_scores) else 0.0, 6),
+                "negatives_rejected": round(float(np.mean(
+                    seen_scores[np.isin(seen_negatives.kinds, _PAIR_KINDS)] < threshold))
+                    if np.isin(seen_negatives.kinds, _PAIR_KINDS).any() else 0.0, 6),
                 "estimated_real_rejected": round(seen.real_rejected, 6),
-                "negatives": {"count": len(seen_scores), "kinds": seen_negatives.counts(),
+                # count: the negatives the threshold is calibrated on (_PAIR_KINDS: the
+                # histogram's), kinds: every one made, rejected_by_kind: each kind's share
+                # below the threshold (those with a cut side: what the score says of them)
+                "negatives": {"count": int(np.count_nonzero(
+                                  np.isin(seen_negatives.kinds, _PAIR_KINDS))),
+                              "kinds": seen_negatives.counts(),
                               "rejected_by_kind": {
                                   kind: round(float(np.mean(
                                       seen_scores[seen_negatives.kinds == i] < threshold)), 6)
                                   for i, kind in enumerate(NEGATIVE_KINDS)
                                   if np.any(seen_negatives.kinds == i)},
-                              "unseen_count": len(unseen_scores)},
+                              "unseen_count": int(np.count_nonzero(
+                                  np.isin(unseen_neg.kinds, _PAIR_KINDS)))},
                 "histograms": {"edges": SCORE_EDGES.round(4).tolist(),
                                "corpus": list(seen.corpus_histogram),
                                "negatives": list(seen.negatives_histogram)},
@@ -503,11 +540,12 @@ def _model(path: str | Path, model_hash: str) -> LexicalAligner:
 
 
 def _score_task(task: _ScoreTask) -> np.ndarray:
+    """Rows: ``align_score``, the punctuation mismatch (0/1)."""
     aligner = _model(task.model, task.model_hash)
     with pa.memory_map(task.pairs) as source:
         table = pa.ipc.open_file(source).read_all().slice(task.lo, task.hi - task.lo)
-    scores: np.ndarray = aligner.score(table.column("src"), table.column("tgt"))
-    return scores
+    scored = aligner.scores(table.column("src"), table.column("tgt"))
+    return np.stack([scored.score, scored.punct_mismatch.astype(np.float32)])
 
 
 def _write_pairs(path: Path, sets: list[tuple[pa.Array, pa.Array]]) -> Path:
@@ -531,9 +569,9 @@ def _popped(texts: list[pa.Array]) -> tuple[pa.Array, pa.Array]:
 
 def _scores_in_tasks(context: CombineContext, model: Path, model_hash: str, pairs: Path,
                      sizes: list[int]) -> list[np.ndarray]:
-    """``align_score`` of the pairs in ``pairs`` (sets of ``sizes`` pairs one after the
-    other), scored in slices as tasks on the executor (a pair's score does not depend on
-    the slice it is scored in)."""
+    """The scores of the pairs in ``pairs`` (sets of ``sizes`` pairs one after the other;
+    rows as :func:`_score_task`'s), scored in slices as tasks on the executor (a pair's
+    score does not depend on the slice it is scored in)."""
     total = sum(sizes)
     try:
         tasks = [_ScoreTask(str(model), model_hash, str(pairs), lo,
@@ -542,10 +580,10 @@ def _scores_in_tasks(context: CombineContext, model: Path, model_hash: str, pair
         done = dict(context.map(_score_task, tasks))
     finally:
         pairs.unlink(missing_ok=True)
-    scores = (np.concatenate([done[i] for i in range(len(tasks))]) if tasks
-              else np.zeros(0, np.float32))
+    scores = (np.concatenate([done[i] for i in range(len(tasks))], axis=1) if tasks
+              else np.zeros((2, 0), np.float32))
     bounds = np.cumsum([0, *sizes])
-    return [scores[lo:hi] for lo, hi in itertools.pairwise(bounds)]
+    return [scores[:, lo:hi] for lo, hi in itertools.pairwise(bounds)]
 
 
 def _calibration_rows(ids: np.ndarray, in_train: np.ndarray, seed: int) -> np.ndarray:
