@@ -248,6 +248,26 @@ def test_slices_nulls_and_layouts_give_the_same_profile():
     assert sliced.dominant_script().tolist() == ["Bengali", NO_SCRIPT, "Han"]
 
 
+def test_a_batch_profiled_in_runs_of_rows_counts_as_in_one_pass(corpora: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch):
+    """Text beyond ``_PROFILE_BYTES`` is profiled in runs of rows (bounded temporaries): the
+    counts are those of one pass, whatever the runs (NTREX in every script, nulls, empties)."""
+    import spr_data.qa.scripts as scripts
+
+    lines: list[str | None] = []
+    for _, path in ntrex_files(corpora)[::4]:
+        lines += read_lines(path)[:300]
+    lines[::97] = [None] * len(lines[::97])
+    lines[1::89] = [""] * len(lines[1::89])
+    arr = pa.array(lines, pa.string()).slice(5)
+    whole = profile(arr)
+    for limit in (1, 1000, 65_536):
+        monkeypatch.setattr(scripts, "_PROFILE_BYTES", limit)
+        runs = profile(arr)
+        for field in (*FIELDS, "script_letters"):
+            assert np.array_equal(getattr(runs, field), getattr(whole, field)), (limit, field)
+
+
 def test_null_slots_that_own_bytes_count_as_empty():
     # Arrow lets a null slot span bytes; those must not leak into any row
     data = pa.py_buffer("abc中文xyz".encode())
