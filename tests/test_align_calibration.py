@@ -115,6 +115,22 @@ def test_negatives_are_of_every_kind_seeded_and_never_a_corpus_pair(corpora: Pat
             assert whole.startswith(t) and len(t) <= 0.7 * len(target_of[s])
 
 
+def test_a_re_paired_negative_takes_a_target_of_about_its_own_length(corpora: Path):
+    """The junk that reaches the align stage passed the length-ratio rule: a re-paired
+    negative's target is of about the length of the one it replaces (a random partner's
+    differs by a third of a sentence, and its length alone gave it away)."""
+    pairs = multi30k_pairs(corpora, 5000)
+    src, tgt = pa.array([s for s, _ in pairs]), pa.array([t for _, t in pairs])
+    neg = synthetic_negatives(src, tgt, share=0.05, seed=3)
+    repaired = neg.kinds == NEGATIVE_KINDS.index("repaired")
+    own = np.array([len(pairs[r][1]) for r in neg.rows[repaired]])
+    made = np.array([len(t) for t in np.asarray(neg.tgt.to_pylist(), object)[repaired]])
+    rng = np.random.default_rng(0)
+    random_partner = np.array([len(pairs[i][1]) for i in rng.integers(0, 5000, own.size)])
+    assert np.median(np.abs(made - own)) <= 1
+    assert np.median(np.abs(random_partner - own)) >= 10
+
+
 def test_negatives_are_drawn_by_row_id_so_one_row_less_changes_only_its_neighbours(
         corpora: Path):
     pairs = multi30k_pairs(corpora, 3000)
