@@ -207,6 +207,11 @@ def test_tokens_cut_and_sliced_input():
     toks = alignment_tokens(texts, max_tokens=3)
     assert toks.lengths.tolist() == [3, 2]
     assert toks.tokens.to_pylist() == ["a", "b", "c", "f", "g"]
+    chunked = pa.chunked_array([pa.array([None, "p q r s", ""]), pa.array(["t", None, "u v"])])
+    toks = alignment_tokens(chunked, max_tokens=2)
+    assert toks.lengths.tolist() == [0, 2, 0, 1, 0, 2]
+    assert toks.tokens.to_pylist() == ["p", "q", "t", "u", "v"]
+    assert alignment_tokens(chunked).lengths.tolist() == [0, 4, 0, 1, 0, 2]
 
 
 def test_non_string_input_is_refused():
