@@ -20,7 +20,11 @@ from spr_data.fsio import atomic_write_bytes
 __all__ = ["finished_unit", "mark_unit_finished", "unit_rows"]
 
 _MIN_UNIT_ROWS = 1 << 16
-_MAX_UNIT_ROWS = 1 << 19
+#: at most: a worker's decide step holds a unit's kept rows as one record batch (one shard),
+#: about 100 MB at 312,500 rows of two joined sentences; at 5M pairs (units of 524,288 rows at
+#: most then) the process tree peaked at 1,018 MB in that step, with 131,072 at 941 MB (in the
+#: score step), the same wall time
+_MAX_UNIT_ROWS = 1 << 17
 #: the marker's key for the outputs it vouches for: file name (relative to the output
 #: directory) → bytes
 OUTPUTS = "outputs"

@@ -18,7 +18,7 @@ that returns another.
   ``combine`` over all units' partials (itself as tasks on the executor, so that it runs
   distributed too) → ``apply`` per unit in the decide step, given the combined state. Both
   per-unit calls get the unit's rows as :data:`UnitRows`, slice by slice, so that a worker
-  never holds a unit's rows at once (a unit is up to 524,288 rows).
+  never holds a unit's rows at once (a unit is up to 131,072 rows).
 """
 
 from __future__ import annotations
