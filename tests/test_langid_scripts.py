@@ -271,6 +271,16 @@ def test_the_batched_model_is_fasttext_bit_for_bit(corpora: Path):
         if ok:
             (p, found), = model.predict(text + "\n", 1, 0.0, "replace")
             assert (found[9:], np.float32(p)) == (label, prob), text
+    # predicted a few texts at a time (as big batches are): each text's answer its own
+    import spr_data.qa.lid_model as lid_model
+
+    few = lid_model._PREDICT_ROWS
+    try:
+        lid_model._PREDICT_ROWS = 7
+        again = fast.predict(values)
+    finally:
+        lid_model._PREDICT_ROWS = few
+    assert all(np.array_equal(a, b) for a, b in zip(again, (labels, probs, sure), strict=True))
 
 
 def test_the_stage_is_the_same_with_and_without_the_batched_model(corpora: Path,

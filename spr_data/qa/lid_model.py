@@ -28,6 +28,8 @@ _FNV_OFFSET, _FNV_PRIME = np.uint32(2166136261), np.uint32(16777619)
 _NO_ROW = np.uint16(65535)
 #: rows of texts summed at once: the arrays of one chunk stay in cache
 _CHUNK = 4096
+#: texts predicted at a time (see BatchModel.predict)
+_PREDICT_ROWS = 8192
 _WORD_BYTE = ~np.isin(np.arange(256), _SEPARATORS)
 #: the greedy path of the tree is the top label when its probability is above one half
 _GREEDY_SURE = 0.55
@@ -137,8 +139,12 @@ class BatchModel:
 
     def predict(self, texts: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per text (no newline): label, probability, and whether they are fastText's for sure
-        (else ask fastText: a near tie, or a text with a ``</s>`` or ``__label__`` word)."""
-        label, prob, sure = self._predict(texts)
+        (else ask fastText: a near tie, or a text with a ``</s>`` or ``__label__`` word).
+        Texts are predicted ``_PREDICT_ROWS`` at a time (each text's answer is its own): a
+        32,768-text batch's words, n-grams and sums held about 40 MB at once."""
+        parts = [self._predict(texts.slice(lo, _PREDICT_ROWS))
+                 for lo in range(0, len(texts), _PREDICT_ROWS)] or [self._predict(texts)]
+        label, prob, sure = (np.concatenate(arrays) for arrays in zip(*parts, strict=True))
         return self.labels[label], prob, sure
 
     def _predict(self, texts: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
