@@ -424,7 +424,10 @@ def test_a_model_saved_before_the_newer_options_keeps_its_hash_and_scores(ben, t
     np.testing.assert_array_equal(loaded.score(src, tgt), model.score(src, tgt))
     fwd, bwd = model.score_directions(src, tgt)
     scored = model.scores(src, tgt)
-    np.testing.assert_array_equal(scored.score, scored.coverage)  # the worse direction alone
+    rows = pa.array(np.arange(0, len(src), 41))  # the worse direction alone, as documented
+    np.testing.assert_allclose(scored.score[rows.to_numpy()],
+                               reference_scores(model, src.take(rows), tgt.take(rows)),
+                               rtol=1e-5, atol=1e-5)
     assert np.all(scored.score[np.isfinite(scored.score)]
                   <= np.minimum(fwd, bwd)[np.isfinite(scored.score)] + 1e-6)
     new = AlignerOptions("en", "bn").to_json()

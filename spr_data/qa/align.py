@@ -994,9 +994,6 @@ class PairScores:
 
     #: ``align_score``: both directions' weighted mean, less the length and punctuation terms
     score: F32
-    #: the worse direction, less the length term: low where one side translates only a part
-    #: of the other (``align_score`` of models saved before ``worse_weight``)
-    coverage: F32
     #: ``s(tgt|src)`` and ``s(src|tgt)``, without the length term
     forward: F32
     backward: F32
@@ -1035,12 +1032,22 @@ class LexicalAligner:
         self._check_shapes()
         #: ``"sha256:…"`` of the options and every array: equal hashes, equal scores
         self.content_hash = self._hash()
-        # the link strength a(e, f) of each key rides in the hash as float32 bits; 0 if absent
-        link = ((t_tgt_given_src.astype(np.float64) + t_src_given_tgt) / 2).astype(np.float32)
-        keys_, link = _with_identity_links(keys, link, src_vocab, tgt_vocab)
-        self._links = _PackedHash(keys_, link.view(np.uint32), absent=0, load=_SCORE_LOAD)
+        self._link_table: _PackedHash | None = None
         self._src_weight = self._weights(src_counts)
         self._tgt_weight = self._weights(tgt_counts)
+
+    @property
+    def _links(self) -> _PackedHash:
+        """The lookup table of link strengths, built on first use: a model loaded to be saved
+        again (with another option, or as a cleaned dataset's decision) never scores. The link
+        strength a(e, f) of each key rides in it as float32 bits; 0 if absent."""
+        if self._link_table is None:
+            link = ((self.t_tgt_given_src.astype(np.float64) + self.t_src_given_tgt) / 2
+                    ).astype(np.float32)
+            keys, link = _with_identity_links(self.keys, link, self.src_vocab, self.tgt_vocab)
+            self._link_table = _PackedHash(keys, link.view(np.uint32), absent=0,
+                                           load=_SCORE_LOAD)
+        return self._link_table
 
     def _weights(self, counts: I64 | None) -> F64 | None:
         """Each id's weight in its side's mean, ``log(1 + pairs / count)^idf_power`` (None:
@@ -1119,7 +1126,7 @@ class LexicalAligner:
               tgt: pa.Array | pa.ChunkedArray) -> F32:
         """``align_score`` per pair (the module docstring has the formula); ``-inf`` if a side
         is empty."""
-        return self.scores(src, tgt).score
+        return self._scored(src, tgt, punctuation=self.options.punct_weight > 0.0).score
 
     def score_directions(self, src: pa.Array | pa.ChunkedArray,
                          tgt: pa.Array | pa.ChunkedArray) -> tuple[F32, F32]:
@@ -1129,13 +1136,19 @@ class LexicalAligner:
 
     def scores(self, src: pa.Array | pa.ChunkedArray,
                tgt: pa.Array | pa.ChunkedArray) -> PairScores:
-        """Every score of each pair: ``align_score``, the coverage score, both directions and
-        whether the final punctuation differs."""
+        """Every score of each pair: ``align_score``, both directions and whether the final
+        punctuation differs."""
+        return self._scored(src, tgt, punctuation=True)
+
+    def _scored(self, src: pa.Array | pa.ChunkedArray, tgt: pa.Array | pa.ChunkedArray, *,
+                punctuation: bool) -> PairScores:
+        """:meth:`scores`; the punctuation is read only with ``punctuation`` (else the
+        mismatch is all false)."""
         if len(src) != len(tgt):
             raise InputError(f"alignment needs as many targets as sources, found {len(src)} "
                              f"and {len(tgt)}")
         n = len(src)
-        out = np.empty((4, n), np.float32)
+        out = np.empty((3, n), np.float32)
         mismatch = np.zeros(n, np.bool_)
         for start in range(0, n, _TEXT_ROWS):
             stop = min(n, start + _TEXT_ROWS)
@@ -1144,19 +1157,18 @@ class LexicalAligner:
             s_ids = _encode(src_part, self.src_vocab, self.options.max_score_tokens)
             t_ids = _encode(tgt_part, self.tgt_vocab, self.options.max_score_tokens)
             out[:, start:stop] = self._score_ids(s_ids, t_ids)
-            mismatch[start:stop] = (final_punctuation(src_part)
-                                    != final_punctuation(tgt_part))
+            if punctuation:
+                mismatch[start:stop] = (final_punctuation(src_part)
+                                        != final_punctuation(tgt_part))
         score = out[0]
         if self.options.punct_weight > 0.0:
             score = (score - np.float32(self.options.punct_weight) * mismatch).astype(np.float32)
-        return PairScores(score=score, coverage=out[1], forward=out[2], backward=out[3],
-                          punct_mismatch=mismatch)
+        return PairScores(score=score, forward=out[1], backward=out[2], punct_mismatch=mismatch)
 
     def _score_ids(self, src: _Ragged, tgt: _Ragged) -> F64:
-        """Rows: align_score (without the punctuation term), coverage, s(tgt|src),
-        s(src|tgt)."""
+        """Rows: align_score (without the punctuation term), s(tgt|src), s(src|tgt)."""
         n = src.lengths.size
-        out = np.full((4, n), EMPTY_SCORE)
+        out = np.full((3, n), EMPTY_SCORE)
         rows = np.flatnonzero((src.lengths > 0) & (tgt.lengths > 0))
         if rows.size == 0:
             return out
@@ -1195,15 +1207,13 @@ class LexicalAligner:
                 bwd[done:done + k] = np.bincount(block.src_pair, log_e, k) / l_len[done:done + k]
             done += k
         gap = np.abs(np.log((l_len + 1) / (m_len + 1)) - self.length_log_ratio)
-        worse, better = np.minimum(fwd, bwd), np.maximum(fwd, bwd)
-        length = self.options.length_weight * gap
+        # ω = 1 gives the worse direction's exact bits (1·x + 0·y is x), as models saved
+        # before ``worse_weight`` scored
         w = self.options.worse_weight
-        out[0, rows] = (worse if w == 1.0 else w * worse + (1.0 - w) * better) - length
-        # coverage: the worse direction alone; a target that translates a quarter of its
-        # source covers its own words well (fwd) but leaves most source words unlinked (bwd)
-        out[1, rows] = worse - length
-        out[2, rows] = fwd
-        out[3, rows] = bwd
+        out[0, rows] = (w * np.minimum(fwd, bwd) + (1.0 - w) * np.maximum(fwd, bwd)
+                        - self.options.length_weight * gap)
+        out[1, rows] = fwd
+        out[2, rows] = bwd
         return out
 
     def with_options(self, **changes: Any) -> LexicalAligner:

@@ -270,6 +270,7 @@ class AlignStage:
                             f"of them poorly: a threshold that keeps the real pairs rejects "
                             f"only {seen.negatives_rejected:.0%} of the negatives; train it on "
                             "a larger or trusted corpus (align.trusted)")
+        seen_pair = np.isin(seen_negatives.kinds, _PAIR_KINDS)  # what the threshold read
         shifted_kind = seen_neg.kinds == NEGATIVE_KINDS.index("shifted")
         made_from = seen_neg.rows[shifted_kind] if not outside else np.zeros(0, np.int64)
         skip_ids = np.stack([ids[made_from], ids[(made_from + 1) % n]], axis=1)
@@ -294,15 +295,13 @@ class AlignStage:
                 "estimated_misaligned_share_range": [round(seen.misaligned_share_low, 6),
                                                      round(seen.misaligned_share, 6)],
                 "estimated_misaligned_share_unseen": round(unseen.misaligned_share, 6),
-                "negatives_rejected": round(float(np.mean(
-                    seen_scores[np.isin(seen_negatives.kinds, _PAIR_KINDS)] < threshold))
-                    if np.isin(seen_negatives.kinds, _PAIR_KINDS).any() else 0.0, 6),
+                "negatives_rejected": round(float(np.mean(seen_scores[seen_pair] < threshold))
+                                            if seen_pair.any() else 0.0, 6),
                 "estimated_real_rejected": round(seen.real_rejected, 6),
                 # count: the negatives the threshold is calibrated on (_PAIR_KINDS: the
                 # histogram's), kinds: every one made, rejected_by_kind: each kind's share
                 # below the threshold (those with a cut side: what the score says of them)
-                "negatives": {"count": int(np.count_nonzero(
-                                  np.isin(seen_negatives.kinds, _PAIR_KINDS))),
+                "negatives": {"count": int(np.count_nonzero(seen_pair)),
                               "kinds": seen_negatives.counts(),
                               "rejected_by_kind": {
                                   kind: round(float(np.mean(
