@@ -36,16 +36,20 @@ ALIGN_KINDS = ("re_paired", "misaligned", "shifted_block", "partial")
 NOISY = "opennmt-wmt-en-de"
 
 
-def recipe_text(langs: str, extra: list[str]) -> str:
-    """The language pair's recipe (or the default one), with ``extra`` lines in ``[align]``."""
+def recipe_text(langs: str, extra: list[str], rules: list[str] | None = None) -> str:
+    """The language pair's recipe (or the default one), with ``extra`` lines in ``[align]``
+    and ``rules`` lines in ``[rules]``."""
     path = ROOT / "data_manifests" / f"{langs}.toml"
     text = path.read_text(encoding="utf-8") if path.exists() else ""
-    if not extra:
-        return text
-    lines = "\n".join(extra)
-    if "[align]" in text:
-        return text.replace("[align]", f"[align]\n{lines}", 1)
-    return f"{text}\n[align]\n{lines}\n"
+    for section, added in (("align", extra), ("rules", rules or [])):
+        if not added:
+            continue
+        lines = "\n".join(added)
+        if f"[{section}]" in text:
+            text = text.replace(f"[{section}]", f"[{section}]\n{lines}", 1)
+        else:
+            text = f"{text}\n[{section}]\n{lines}\n"
+    return text
 
 
 def jobs(corpora: Path) -> list[tuple[str, str, Any, list[str], Any]]:
@@ -68,6 +72,8 @@ def main() -> None:
     parser.add_argument("--corpora", type=Path, default=None)
     parser.add_argument("--align", action="append", default=[],
                         help='a line for [align], e.g. "iterations = 5" (repeatable)')
+    parser.add_argument("--rules", action="append", default=[],
+                        help='a line for [rules], e.g. "length_ratio_z = 4.0" (repeatable)')
     parser.add_argument("--json", type=Path, default=None, help="also write every figure here")
     args = parser.parse_args()
     corpora = corpora_dir(args.corpora)
@@ -76,7 +82,7 @@ def main() -> None:
     try:
         for name, langs, corpus, foreign, japanese in jobs(corpora):
             recipe = work / f"{langs}.toml"
-            recipe.write_text(recipe_text(langs, args.align), encoding="utf-8")
+            recipe.write_text(recipe_text(langs, args.align, args.rules), encoding="utf-8")
             for level in LEVELS:
                 quality = run_quality(corpus, langs, foreign, work / f"{langs}-{level}",
                                       level=level, japanese=japanese, seed=13, recipe=recipe,
@@ -97,7 +103,8 @@ def main() -> None:
     alone = [r["real_rejected"] for r in rows if r["level"] == 0 and r["corpus"] != NOISY]
     means = " ".join(f"{k} {sum(r['recall'][k] for r in junk) / len(junk):.3f}"
                      for k in ALIGN_KINDS)
-    print(f"means over {len(rows)} corpus-levels ({', '.join(args.align) or 'the recipes'}): "
+    settings = ", ".join(args.align + args.rules) or "the recipes"
+    print(f"means over {len(rows)} corpus-levels ({settings}): "
           f"real rejected {sum(real) / len(real):.2%} under junk (worst {max(real):.2%}), "
           f"{sum(alone) / len(alone):.2%} with none; {means}")
     if args.json:

@@ -184,6 +184,31 @@ def test_a_small_batch_uses_the_prior():
     assert (fit.center, fit.floor, fit.per_char) == LengthRatioFit.PRIOR
 
 
+def test_pairs_are_judged_against_the_corpus_length_fit_when_given_it(corpora: Path):
+    """The align stage's negatives, half of them with a side cut, pass the length rule as the
+    corpus' junk did: against the corpus' spread. Fitted on such a batch itself, the spread
+    comes out many times wider and most cut sides pass."""
+    rng = random.Random(7)
+    pairs = rng.sample(_cmn(corpora), 4000)
+    stage = RulesStage(RulesConfig(), ("src", "tgt"), ["en", "zh"])
+    corpus = pa.record_batch({"src": pa.array([s for s, _ in pairs]),
+                              "tgt": pa.array([t for _, t in pairs])})
+    fit = stage.length_fit(corpus)
+    # the corpus against its own fit: what apply fits on it (its side rules reject a few)
+    own = dict(stage.apply(corpus).rejects)["length_ratio"]
+    given = dict(stage.apply(corpus, length_fit=fit).rejects)["length_ratio"]
+    assert np.mean(own != given) <= 0.001
+    # half the targets cut to a third (8 characters or more: a shorter one has no third)
+    cut = np.array([i % 2 == 0 and len(t) >= 8 for i, (_, t) in enumerate(pairs)])
+    tgt = [t[: max(1, len(t) // 3)] if cut[i] else t for i, (_, t) in enumerate(pairs)]
+    mixed = pa.record_batch({"src": corpus.column("src"), "tgt": pa.array(tgt)})
+    assert stage.length_fit(mixed).floor > 5 * fit.floor
+    alone = dict(stage.apply(mixed).rejects)["length_ratio"]
+    against = dict(stage.apply(mixed, length_fit=fit).rejects)["length_ratio"]
+    assert against[cut].mean() >= 0.9 > alone[cut].mean() + 0.1
+    assert against[~cut].mean() <= 0.01
+
+
 def _mono(texts: list[str], lang: str) -> np.ndarray:
     batch = pa.record_batch({"text": pa.array(texts)})
     out = LangIdStage(LangIdConfig(), ("text",), [lang]).apply(batch)
