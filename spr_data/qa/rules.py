@@ -368,8 +368,8 @@ class RulesStage:
         """How the log length ratio of these pairs is distributed (all of them: pairs that
         passed the side rules), as :meth:`apply` fits it on each batch. Why: pairs judged
         against a corpus rather than among themselves (the align stage's negatives, half of
-        them with a side cut) pass it to :meth:`apply`; fitted on such a batch, the spread
-        came out 30-100x the corpus' own."""
+        them with a side cut) pass it to :meth:`apply`; fitted on such a batch, the variance
+        floor came out 10-300x the corpus' own."""
         s = self.config.length_ratio_smoothing
         a, b = (self._length_units(batch.column(name), lang)
                 for name, lang in zip(self.text_columns, self.langs, strict=True))
