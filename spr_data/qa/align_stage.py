@@ -43,7 +43,7 @@ from spr_data.qa.align import (
     training_size,
 )
 from spr_data.qa.rules import LengthRatioFit, RulesStage
-from spr_data.qa.stage import CombineContext, RowStage, StageOutput, UnitRows
+from spr_data.qa.stage import CombineContext, StageOutput, UnitRows
 from spr_data.recipe import AlignConfig
 from spr_data.schema import ID
 
@@ -93,7 +93,7 @@ class AlignStage:
     config: AlignConfig
     src_lang: str
     tgt_lang: str
-    rules: RowStage | None = None
+    rules: RulesStage | None = None
     #: a dataset this recipe cleaned already (its directory, holding the model and report of
     #: that run): its decision is reused, not made again (see :meth:`combine`)
     cleaned: str | None = None
@@ -159,10 +159,13 @@ class AlignStage:
         unseen_neg = synthetic_negatives(src.take(held_rows), tgt.take(held_rows),
                                          share=1.0 / len(NEGATIVE_KINDS), seed=cfg.seed + 1,
                                          keys=ids[held])
+        calib = _calibration_rows(ids, in_train, cfg.seed)
+        calib_rows = pa.array(calib)
+        calib_src, calib_tgt = src.take(calib_rows), tgt.take(calib_rows)
         # the corpus' junk reached align through the rules; so must the negatives, or those
         # the rules would have taken (a length ratio of 10) widen their low tail and the junk
         # share is underestimated (measured: 0.28 for 0.40 on Multi30k with 50% junk)
-        length_fit = self._length_fit(src, tgt, ids)
+        length_fit = self._length_fit(calib_src, calib_tgt)
         seen_neg = seen_neg.only(self._passes_rules(seen_neg.src, seen_neg.tgt, length_fit))
         unseen_neg = unseen_neg.only(self._passes_rules(unseen_neg.src, unseen_neg.tgt,
                                                         length_fit))
@@ -170,11 +173,10 @@ class AlignStage:
         outside = bool(cfg.trusted or cfg.model)  # the model never saw this corpus
         # what is scored after training goes to a work file now, so that this process holds
         # no text through training but the training pairs, and those only until encoded
-        calib = _calibration_rows(ids, in_train, cfg.seed)
-        calib_rows = pa.array(calib)
         scored = _write_pairs(work / "align_pairs.arrow", [
-            (src.take(calib_rows), tgt.take(calib_rows)), (unseen_neg.src, unseen_neg.tgt),
+            (calib_src, calib_tgt), (unseen_neg.src, unseen_neg.tgt),
             (seen_neg.src, seen_neg.tgt)])
+        del calib_src, calib_tgt
         trained_ids = (np.zeros(0, np.uint64) if outside else np.sort(ids[in_train]))
         training = self._training_texts(src, tgt, in_train, seen_neg)
         seen_neg, unseen_neg = seen_neg.without_texts(), unseen_neg.without_texts()
@@ -392,26 +394,21 @@ class AlignStage:
         for start in range(0, len(src), _SLICE_ROWS):
             batch = pa.RecordBatch.from_arrays([src.slice(start, _SLICE_ROWS),
                                                 tgt.slice(start, _SLICE_ROWS)], ["src", "tgt"])
-            out = (self.rules.apply(batch, length_fit=length_fit)
-                   if isinstance(self.rules, RulesStage) else self.rules.apply(batch))
-            for _, mask in out.rejects:
+            for _, mask in self.rules.apply(batch, length_fit=length_fit).rejects:
                 keep[start:start + batch.num_rows] &= ~np.asarray(mask, bool)
         return keep
 
-    def _length_fit(self, src: pa.Array, tgt: pa.Array, ids: np.ndarray) -> LengthRatioFit | None:
-        """The corpus' length-ratio fit, made on up to ``_CALIBRATION_ROWS`` of its sampled
-        pairs (drawn by id). Why: the negatives must pass the length rule as the corpus'
-        junk did, against the corpus' spread; fitted on the negatives themselves (half of
-        them with a side cut) its variance floor came out 0.5-1.1 against the corpus'
-        0.003-0.05, and 0.4-10% of the re-paired and shifted negatives that passed were pairs
-        the corpus' own rule rejects (measured on 12 of the quality sweep's mixes)."""
-        if not isinstance(self.rules, RulesStage) or not len(src):
+    def _length_fit(self, src: pa.Array, tgt: pa.Array) -> LengthRatioFit | None:
+        """The corpus' length-ratio fit, made on its calibration rows (``src``, ``tgt``: a
+        random sample of the pairs that reached this stage). Why: the negatives must pass the
+        length rule as the corpus' junk did, against the corpus' spread; fitted on the
+        negatives themselves (half of them with a side cut) its variance floor came out
+        0.5-1.1 against the corpus' 0.003-0.05, and 0.4-10% of the re-paired and shifted
+        negatives that passed were pairs the corpus' own rule rejects (measured on 12 of the
+        quality sweep's mixes)."""
+        if self.rules is None or not len(src):
             return None
-        rows = np.sort(np.argsort(row_hash(ids, self.config.seed, _CALIBRATION_SALT),
-                                  kind="stable")[:_CALIBRATION_ROWS])
-        take = pa.array(rows)
-        return self.rules.length_fit(pa.RecordBatch.from_arrays(
-            [src.take(take), tgt.take(take)], ["src", "tgt"]))
+        return self.rules.length_fit(pa.RecordBatch.from_arrays([src, tgt], ["src", "tgt"]))
 
     # -- apply: score and decide ------------------------------------------------------------
 

@@ -330,6 +330,16 @@ class LengthRatioFit:
         return np.asarray((x - self.center) / np.sqrt(self.floor + self.per_char / (length + s)))
 
 
+def _length_units(texts: pa.Array, lang: str, prof: TextProfile | None = None) -> np.ndarray:
+    """Each text's length in Latin-letter units: visible characters, a CJK letter weighing
+    more."""
+    prof = profile(texts) if prof is None else prof
+    weight = _CHAR_WEIGHT.get(lang, 1.0)
+    units: np.ndarray = np.asarray((prof.chars - prof.spaces - prof.cjk) + prof.cjk * weight,
+                                   dtype=np.float64)
+    return units
+
+
 class RulesStage:
     """Per-side rules from :class:`SideRules`, pair rules from :class:`RulesConfig`."""
 
@@ -369,21 +379,11 @@ class RulesStage:
         passed the side rules), as :meth:`apply` fits it on each batch. Why: pairs judged
         against a corpus rather than among themselves (the align stage's negatives, half of
         them with a side cut) pass it to :meth:`apply`; fitted on such a batch, the variance
-        floor came out 10-300x the corpus' own."""
+        floor came out 20-230x the corpus' own (12 of the quality sweep's mixes)."""
         s = self.config.length_ratio_smoothing
-        a, b = (self._length_units(batch.column(name), lang)
+        a, b = (_length_units(batch.column(name), lang)
                 for name, lang in zip(self.text_columns, self.langs, strict=True))
         return LengthRatioFit.of(a, b, s)
-
-    def _length_units(self, texts: pa.Array, lang: str,
-                      prof: TextProfile | None = None) -> np.ndarray:
-        """Each text's length in Latin-letter units: visible characters, a CJK letter
-        weighing more."""
-        prof = profile(texts) if prof is None else prof
-        weight = _CHAR_WEIGHT.get(lang, 1.0)
-        units: np.ndarray = np.asarray((prof.chars - prof.spaces - prof.cjk)
-                                       + prof.cjk * weight, dtype=np.float64)
-        return units
 
     def apply(self, batch: pa.RecordBatch, rejected: np.ndarray | None = None, *,
               length_fit: LengthRatioFit | None = None) -> StageOutput:
@@ -410,7 +410,7 @@ class RulesStage:
             out.columns[f"{side}_letter_share"] = pa.array(letter_share.astype(np.float32))
             out.rejects += self._side_rejects(texts, prof, share, letter_share, side,
                                               self._side_config(i), scripts is not None)
-            units.append(self._length_units(texts, self.langs[i], prof))
+            units.append(_length_units(texts, self.langs[i], prof))
             content.append(prof.letters + prof.digits)
             digits.append(prof.digits)
         if len(self.text_columns) == 2:
