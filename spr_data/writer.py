@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from spr_data.errors import OutputError
-from spr_data.fsio import fsync_path, os_error_message, sha256_file, temp_path
+from spr_data.fsio import fsync_path, os_error_message, temp_path
 from spr_data.manifest import ShardInfo
 from spr_data.schema import ID
 
@@ -145,7 +147,7 @@ class ShardWriter:
 
 def write_shard_file(path: Path, batch: pa.RecordBatch, *, digest: bool = True,
                      tag: str | None = None) -> ShardInfo:
-    """Write one record batch as a shard: temp name, fsync, rename; then size and hash.
+    """Write one record batch as a shard, hashed as it is written: temp name, fsync, rename.
 
     The one place shard files are written (``ShardWriter`` and the clean stage use it).
     ``digest=False`` skips the hash, for work files that no manifest lists; ``tag`` is the
@@ -153,18 +155,48 @@ def write_shard_file(path: Path, batch: pa.RecordBatch, *, digest: bool = True,
     """
     tmp = temp_path(path, tag)
     try:
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as out:
-            out.write_batch(batch)
-        fsync_path(tmp)
+        with open(tmp, "wb") as file:
+            hashed = _HashingFile(file, digest)
+            with pa.PythonFile(hashed, mode="w") as sink, \
+                    pa.ipc.new_file(sink, batch.schema) as out:
+                out.write_batch(batch)
+            file.flush()
+            os.fsync(file.fileno())
         os.replace(tmp, path)
         size = path.stat().st_size
-        hash_text = sha256_file(path) if digest else ""
+        hash_text = "sha256:" + hashed.digest.hexdigest() if digest else ""
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise OutputError(os_error_message(exc, tmp)) from exc
     first_id = batch.column(ID)[0].as_py() if ID in batch.schema.names and batch.num_rows \
         else None
     return ShardInfo(path.name, batch.num_rows, size, hash_text, first_id)
+
+
+class _HashingFile:
+    """A file's writes, hashed on their way (SHA-256, as :func:`spr_data.fsio.sha256_file`
+    reads them back): the shard is not read a second time for its manifest hash. Arrow hands
+    the IPC writer's buffers over whole, a few dozen writes a shard."""
+
+    def __init__(self, file: BinaryIO, digest: bool) -> None:
+        self.file = file
+        self.digest = hashlib.sha256()
+        self._hash = digest
+
+    def write(self, data: bytes) -> int:
+        if self._hash:
+            self.digest.update(data)
+        return self.file.write(data)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    @property
+    def closed(self) -> bool:
+        return self.file.closed
+
+    def close(self) -> None:  # the caller closes the file after its fsync
+        pass
 
 
 def _row_nbytes(batch: pa.RecordBatch) -> np.ndarray:

@@ -205,3 +205,33 @@ def test_accounting_is_read_from_the_written_files(eng_ben: Path, corpora: Path,
                  workers=1)
     assert not (out / MANIFEST_NAME).exists()
     assert not list(out.glob("shard-*"))  # nothing where a reader would take it for rows
+
+
+def test_the_largest_units_are_handed_out_first(eng_ben: Path, tmp_path: Path):
+    """Units go to the workers largest first, not in file order, where a short unit met
+    early can leave one worker finishing a whole unit last while the others idle; the
+    output is the same bytes."""
+
+    class Recording(LocalExecutor):
+        def __init__(self) -> None:
+            super().__init__(1)
+            self.rows: list[list[int]] = []
+
+        def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[tuple[int, R]]:
+            self.rows.append([t.unit.length for t in tasks])  # type: ignore[attr-defined]
+            return super().map(fn, tasks)
+
+    recipe = tmp_path / "rules.toml"
+    recipe.write_text('stages = ["normalize", "rules"]\n', encoding="utf-8")
+    clean(eng_ben, tmp_path / "cleaned", recipe=recipe, workers=1)
+    # a cleaned dataset's shards are its units' kept rows: of uneven sizes, in no order
+    sizes = [s.rows for s in open_dataset(tmp_path / "cleaned").manifest.shards]
+    assert sorted(sizes, reverse=True) != sizes
+    executor = Recording()
+    clean(tmp_path / "cleaned", tmp_path / "a", recipe=recipe, executor=executor)
+    assert executor.rows == [sorted(sizes, reverse=True)] * 2  # score, then decide
+    clean(tmp_path / "cleaned", tmp_path / "b", recipe=recipe, workers=2)
+    names = [s.file for s in open_dataset(tmp_path / "a").manifest.shards]
+    assert len(names) == len(sizes)
+    for name in names:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()

@@ -222,16 +222,21 @@ class ShardRun:
 
     def map(self, step: str, fn: Callable[[T], R], tasks: Sequence[T],
             rows: Callable[[T], int] | None = None) -> Iterator[tuple[int, R]]:
-        """Run ``fn`` over ``tasks`` on the executor, yielding ``(task index, result)`` as each
-        finishes and reporting ``on_progress(step, rows done, rows in all)`` (``rows(task)``:
-        the rows a task stands for; by default a unit's)."""
+        """Run ``fn`` over ``tasks`` on the executor, the largest first, yielding ``(task
+        index, result)`` as each finishes and reporting ``on_progress(step, rows done, rows in
+        all)`` (``rows(task)``: the rows a task stands for; by default a unit's)."""
         def count(task: Any) -> int:
             return rows(task) if rows is not None else int(task.unit.length)
 
-        total = sum(count(t) for t in tasks)
+        sizes = [count(t) for t in tasks]
+        total = sum(sizes)
         done = 0
-        for i, result in self.executor.map(fn, tasks):
-            done += count(tasks[i])
+        # the largest first: a small task left for last keeps one worker busy while the
+        # others idle (a shard's short last unit, run last, held 0.56 s of a 7 s run)
+        order = sorted(range(len(tasks)), key=lambda k: -sizes[k])
+        for j, result in self.executor.map(fn, [tasks[k] for k in order]):
+            i = order[j]
+            done += sizes[i]
             if self.on_progress is not None:
                 self.on_progress(step, done, total)
             yield i, result
