@@ -141,14 +141,17 @@ def test_a_word_seen_in_one_pair_explains_no_more_than_its_share(trained):
     """A rare word of a pair that is not a translation takes EM's mass for every token of the
     other side; capped to its share (``fertility``) and with rare words weighing more
     (``idf_power``), re-paired pairs fall further below the real ones: measured here at 1%
-    real pairs rejected, 0.758 -> 0.775 of them caught over the four corpora (0.82 -> 0.88
-    on Tatoeba eng-cmn)."""
+    real pairs rejected, 0.780 -> 0.790 of them caught over the four corpora, 0.853 -> 0.909
+    on Tatoeba eng-cmn (with whole words, before ``stem_chars``: 0.758 -> 0.775 and 0.82 ->
+    0.88; in the whole clean, the cap and the weights still take real pairs lost under junk
+    from 2.00 to 1.50%, see the README)."""
     with_cap, without = [], []
     for model, src, tgt, bad in trained.values():
         with_cap.append(recall_at(model.score(src, tgt), bad, 0.01))
         plain = _scored_as(model, fertility=0.0, idf_power=0.0)
         without.append(recall_at(plain.score(src, tgt), bad, 0.01))
-    assert np.mean(with_cap) >= np.mean(without) + 0.01, (with_cap, without)
+    assert np.mean(with_cap) >= np.mean(without) + 0.005, (with_cap, without)
+    assert with_cap[0] >= without[0] + 0.03, (with_cap, without)  # Tatoeba eng-cmn
     model, *_ = trained["tatoeba-eng-cmn"]
     # a sentence of common characters against a word the model cannot know: each character's
     # best link is that word, but it may serve only a few of them
@@ -214,6 +217,19 @@ def test_tokens_cut_and_sliced_input():
     assert alignment_tokens(chunked).lengths.tolist() == [0, 4, 0, 1, 0, 2]
 
 
+def test_tokens_cut_to_their_stems():
+    """``stem`` keeps each word's first code points (not bytes): inflected forms meet, and
+    scripts tokenized by character are as they were."""
+    texts = pa.array(["Informationen über HÄUSER und Haus", "東京タワーへ", "ভাষাগুলো ভাষা"])
+    toks = alignment_tokens(texts, stem=4)
+    rows = [toks.tokens.to_pylist()[a:b] for a, b in
+            zip(toks.offsets[:-1], toks.offsets[1:], strict=True)]
+    assert rows[0] == ["info", "über", "häus", "und", "haus"]
+    assert rows[1] == list("東京タワーへ")
+    assert rows[2] == ["ভাষা", "ভাষা"]
+    assert alignment_tokens(texts, stem=0).tokens == alignment_tokens(texts).tokens
+
+
 def test_non_string_input_is_refused():
     with pytest.raises(InputError, match="string"):
         alignment_tokens(pa.array([1, 2]))
@@ -259,7 +275,9 @@ def reference_scores(model: LexicalAligner, src: pa.Array, tgt: pa.Array) -> lis
     out = []
     s_tok = alignment_tokens(src, max_tokens=o.max_score_tokens)
     t_tok = alignment_tokens(tgt, max_tokens=o.max_score_tokens)
-    s_all, t_all = s_tok.tokens.to_pylist(), t_tok.tokens.to_pylist()
+    stem = o.stem_chars or None  # each word cut to its first stem_chars letters
+    s_all = [w[:stem] for w in s_tok.tokens.to_pylist()]
+    t_all = [w[:stem] for w in t_tok.tokens.to_pylist()]
     for i in range(len(src)):
         es = [s_id.get(w, UNK_ID) for w in s_all[s_tok.offsets[i]:s_tok.offsets[i + 1]]]
         fs = [t_id.get(w, UNK_ID) for w in t_all[t_tok.offsets[i]:t_tok.offsets[i + 1]]]
@@ -466,7 +484,7 @@ def test_em_in_parts_on_workers_is_bit_identical_to_one_process(ben, tmp_path: P
     assert here.content_hash == apart.content_hash
     assert list(tmp_path.iterdir()) == []  # EM's files are removed
     parts = align_module._em_parts(*(align_module._encode(
-        side, vocab, opts.max_train_tokens) for side, vocab in
+        side, vocab, opts.max_train_tokens, opts.stem_chars) for side, vocab in
         ((src, here.src_vocab), (tgt, here.tgt_vocab))), 20_000)
     assert len(parts) >= 4
     np.testing.assert_allclose(here.score(src, tgt), one_part.score(src, tgt), atol=1e-3)

@@ -6,7 +6,9 @@ crawl). IBM Model 1 is the cheapest such model that needs no labelled data: EM o
 being cleaned (or over a trusted one) learns word translation tables ``t(f|e)`` and ``t(e|f)``,
 and a pair whose words do not explain each other gets a low score.
 
-Scoring. Tokens come from :func:`alignment_tokens`, each side cut to ``max_score_tokens``.
+Scoring. Tokens come from :func:`alignment_tokens`, each side cut to ``max_score_tokens``
+and each word to its first ``stem_chars`` code points (6: a word's forms learn their links
+together, in training as in scoring; the README's *align* section has the measurements).
 The *link strength* of a source word ``e`` and a target word ``f`` is the mean of both
 directions' probabilities, ``a(e, f) = (t(f|e) + t(e|f)) / 2``. For a pair with source tokens
 ``e_1..e_l`` and target tokens ``f_1..f_m``::
@@ -216,14 +218,15 @@ def _as_array(texts: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 
 def alignment_tokens(texts: pa.Array | pa.ChunkedArray, *,
-                     max_tokens: int | None = None) -> AlignmentTokens:
+                     max_tokens: int | None = None, stem: int = 0) -> AlignmentTokens:
     """Lowercased word tokens for alignment, by script rather than by language.
 
     Space-delimited scripts split on anything that is not a letter, mark or digit; digit runs
     are tokens of their own (numbers match across languages); Han, kana, Thai, Lao, Khmer and
     Myanmar give one token per character, so mixed text (Latin names in Chinese) needs no
     language hint. HTML escapes are dropped. Nulls count as empty. ``max_tokens`` keeps the
-    first tokens of each row.
+    first tokens of each row; ``stem`` cuts each token to its first ``stem`` code points
+    (0: whole words), so that a word's inflected forms share their links.
     """
     arr = _as_array(texts)
     series = pl.Series(values=arr).fill_null("")
@@ -249,6 +252,8 @@ def alignment_tokens(texts: pa.Array | pa.ChunkedArray, *,
         np.cumsum(lengths, out=offsets[1:])
     if not pa.types.is_large_string(flat.type):
         flat = flat.cast(pa.large_string())
+    if stem:
+        flat = pc.utf8_slice_codeunits(flat, 0, stem)  # code points, not bytes
     if offsets[-1] != len(flat):  # pragma: no cover - would be a polars behaviour change
         raise RuntimeError(f"alignment tokens: {offsets[-1]} token counts for {len(flat)} tokens")
     return AlignmentTokens(offsets, flat)
@@ -350,11 +355,12 @@ class _Ragged:
         return _Ragged(offsets, self.ids[index])
 
 
-def _encode(texts: pa.Array, vocab: Vocabulary, max_tokens: int) -> _Ragged:
+def _encode(texts: pa.Array, vocab: Vocabulary, max_tokens: int, stem: int) -> _Ragged:
     parts_ids: list[I32] = []
     parts_len: list[I64] = []
     for start in range(0, len(texts), _TEXT_ROWS):
-        toks = alignment_tokens(texts.slice(start, _TEXT_ROWS), max_tokens=max_tokens)
+        toks = alignment_tokens(texts.slice(start, _TEXT_ROWS), max_tokens=max_tokens,
+                                stem=stem)
         parts_ids.append(vocab.encode(toks.tokens))
         parts_len.append(toks.lengths)
     return _ragged(parts_len, parts_ids)
@@ -905,7 +911,8 @@ def _safe_div(num: F64, den: F64) -> F64:
 #: options added after models were first saved, and the value a model saved before each one
 #: existed was trained and scored with (what :meth:`LexicalAligner.load` assumes)
 _OPTIONS_BEFORE: dict[str, float] = {"relaxation": 1.0, "fertility": 0.0, "idf_power": 0.0,
-                                      "worse_weight": 1.0, "punct_weight": 0.0}
+                                      "worse_weight": 1.0, "punct_weight": 0.0,
+                                      "stem_chars": 0}
 
 
 @dataclass(frozen=True)
@@ -947,6 +954,9 @@ class AlignerOptions:
     #: question, an exclamation, anything else); fitted on the corpus by :func:`punct_weight`
     #: after training (0: not used)
     punct_weight: float = 0.0
+    #: each token is cut to its first ``stem_chars`` code points (0: whole words): a word's
+    #: inflected forms share one set of links, learnt from all their pairs
+    stem_chars: int = 6
     #: co-occurrences processed at a time (transient memory: about 100 bytes each)
     chunk_cooc: int = 1_000_000
 
@@ -957,7 +967,7 @@ class AlignerOptions:
                 "max_train_tokens": (self.max_train_tokens, 1),
                 "max_score_tokens": (self.max_score_tokens, 1),
                 "max_table_entries": (self.max_table_entries, 1),
-                "chunk_cooc": (self.chunk_cooc, 1)}
+                "chunk_cooc": (self.chunk_cooc, 1), "stem_chars": (self.stem_chars, 0)}
         for name, (value, low) in ints.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise InputError(f"align option {name} must be an integer >= {low}, "
@@ -1154,8 +1164,10 @@ class LexicalAligner:
             stop = min(n, start + _TEXT_ROWS)
             src_part, tgt_part = _pair_arrays(src.slice(start, stop - start),
                                               tgt.slice(start, stop - start))
-            s_ids = _encode(src_part, self.src_vocab, self.options.max_score_tokens)
-            t_ids = _encode(tgt_part, self.tgt_vocab, self.options.max_score_tokens)
+            s_ids = _encode(src_part, self.src_vocab, self.options.max_score_tokens,
+                            self.options.stem_chars)
+            t_ids = _encode(tgt_part, self.tgt_vocab, self.options.max_score_tokens,
+                            self.options.stem_chars)
             out[:, start:stop] = self._score_ids(s_ids, t_ids)
             if punctuation:
                 mismatch[start:stop] = (final_punctuation(src_part)
@@ -1377,7 +1389,7 @@ SMALLEST_SAMPLE = 65_536
 
 
 def training_size(src: pa.Array | pa.ChunkedArray, tgt: pa.Array | pa.ChunkedArray, *,
-                  tolerance: float, max_tokens: int = 64,
+                  tolerance: float, max_tokens: int = 64, stem: int = 0,
                   smallest: int = SMALLEST_SAMPLE) -> int:
     """How many of these pairs (a uniform sample of a corpus) the model needs: the fewest,
     at least ``smallest``, whose words are known about as well as from all of them.
@@ -1398,7 +1410,7 @@ def training_size(src: pa.Array | pa.ChunkedArray, tgt: pa.Array | pa.ChunkedArr
         raise InputError(f"alignment needs as many targets as sources, found {n} and {len(tgt)}")
     if n <= smallest or tolerance <= 0.0:
         return n
-    counts = [_word_counts(_as_array(side), max_tokens) for side in (src, tgt)]
+    counts = [_word_counts(_as_array(side), max_tokens, stem) for side in (src, tgt)]
     step = max(1, smallest // 4)
     sizes = np.arange(smallest, n, step, dtype=np.int64)
     if sizes.size == 0:
@@ -1411,10 +1423,11 @@ def training_size(src: pa.Array | pa.ChunkedArray, tgt: pa.Array | pa.ChunkedArr
     return int(sizes[fits[0]]) if fits.size else n
 
 
-def _word_counts(texts: pa.Array, max_tokens: int) -> I64:
+def _word_counts(texts: pa.Array, max_tokens: int, stem: int) -> I64:
     frames = []
     for start in range(0, len(texts), _TEXT_ROWS):
-        toks = alignment_tokens(texts.slice(start, _TEXT_ROWS), max_tokens=max_tokens)
+        toks = alignment_tokens(texts.slice(start, _TEXT_ROWS), max_tokens=max_tokens,
+                                stem=stem)
         frames.append(pl.Series("token", toks.tokens).value_counts(name="count"))
     if not frames:
         return np.zeros(0, np.int64)
@@ -1471,7 +1484,7 @@ def _vocab_and_ids(texts: pa.Array, options: AlignerOptions) -> tuple[Vocabulary
     lengths: list[I64] = []
     for start in range(0, len(texts), _TEXT_ROWS):
         toks = alignment_tokens(texts.slice(start, _TEXT_ROWS),
-                                max_tokens=options.max_train_tokens)
+                                max_tokens=options.max_train_tokens, stem=options.stem_chars)
         encoded = toks.tokens.dictionary_encode()
         local = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), np.int32)
         counts = np.bincount(local, minlength=len(encoded.dictionary)).astype(np.int64)

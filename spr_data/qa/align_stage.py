@@ -185,7 +185,7 @@ class AlignStage:
         options = AlignerOptions(src_lang=self.src_lang, tgt_lang=self.tgt_lang,
                                  iterations=cfg.iterations, relaxation=cfg.relaxation,
                                  fertility=cfg.fertility, idf_power=cfg.idf_power,
-                                 worse_weight=cfg.worse_weight,
+                                 worse_weight=cfg.worse_weight, stem_chars=cfg.stem_chars,
                                  max_train_pairs=max(cfg.max_train_pairs, len(training[0])),
                                  seed=cfg.seed)
         trained_on = len(training[0])
@@ -683,7 +683,8 @@ def _smallest_sample(src: pa.Array, tgt: pa.Array, ids: np.ndarray,
     Multi30k en-de to 24,576 and Tatoeba eng-cmn to 25,600: 0.25% and 0.46% of the decisions
     other (the negatives are drawn anew from the smaller sample too); a tolerance of 0.02
     (17,408 pairs) gave 0.76% and 1.5%. Below 65,536 pairs nothing is cut."""
-    keep = training_size(src, tgt, tolerance=cfg.sample_tolerance, smallest=_SMALLEST_SAMPLE)
+    keep = training_size(src, tgt, tolerance=cfg.sample_tolerance, stem=cfg.stem_chars,
+                         smallest=_SMALLEST_SAMPLE)
     if keep >= len(src):
         return src, tgt, ids
     order = np.argsort(row_hash(ids, cfg.seed, _SAMPLE_SALT), kind="stable")
