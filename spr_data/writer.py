@@ -164,7 +164,7 @@ def write_shard_file(path: Path, batch: pa.RecordBatch, *, digest: bool = True,
             os.fsync(file.fileno())
         os.replace(tmp, path)
         size = path.stat().st_size
-        hash_text = "sha256:" + hashed.digest.hexdigest() if digest else ""
+        hash_text = "sha256:" + hashed.sha256.hexdigest() if hashed.sha256 else ""
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise OutputError(os_error_message(exc, tmp)) from exc
@@ -178,14 +178,13 @@ class _HashingFile:
     reads them back): the shard is not read a second time for its manifest hash. Arrow hands
     the IPC writer's buffers over whole, a few dozen writes a shard."""
 
-    def __init__(self, file: BinaryIO, digest: bool) -> None:
+    def __init__(self, file: BinaryIO, hashing: bool) -> None:
         self.file = file
-        self.digest = hashlib.sha256()
-        self._hash = digest
+        self.sha256 = hashlib.sha256() if hashing else None
 
     def write(self, data: bytes) -> int:
-        if self._hash:
-            self.digest.update(data)
+        if self.sha256 is not None:
+            self.sha256.update(data)
         return self.file.write(data)
 
     def flush(self) -> None:

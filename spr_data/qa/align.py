@@ -1769,7 +1769,8 @@ def calibrate(corpus: NDArray[Any], negatives: NDArray[Any], *, negative_recall:
     still a fair translation; measured on Multi30k en–de with 10–50% junk, 98% of re-paired
     negatives gives 1.3–2.5% of the real pairs rejected and 94–99% of each junk kind, 95% of
     all kinds 2–7% and 99%. ``p_translation(s) = 1 - Σ_k w_k f_k(s) / f_corpus(s)`` from
-    smoothed histograms, made non-decreasing in ``s``.
+    smoothed histograms, made non-decreasing in ``s``, with ``w`` the mean of the two fits
+    below (re-paired negatives alone, and every kind).
     """
     corpus = np.asarray(corpus, np.float64)
     negatives = np.asarray(negatives, np.float64)
