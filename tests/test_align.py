@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +30,12 @@ from spr_data.qa.align import (
     _known_share,
     alignment_tokens,
     final_punctuation,
+    merged_counts,
     punct_weight,
+    size_from_counts,
     training_rows,
     training_size,
+    word_counts,
 )
 from spr_data.qa.align import _PackedHash as PackedHash
 
@@ -554,6 +558,22 @@ def test_a_sample_is_cut_only_where_its_words_repeat(corpora: Path):
     assert training_size(eight_src, eight_tgt, tolerance=0.0, smallest=4096) == len(eight_src)
     assert training_size(src, tgt, tolerance=0.005) == len(src)  # under the default 65,536
     assert training_size(eight_src, eight_tgt, tolerance=0.001, smallest=4096) >= repeated
+
+
+def test_word_counts_of_parts_size_the_sample_as_the_whole(corpora: Path):
+    """The align stage counts a sample's words in the tasks that draw it, unit by unit: the
+    parts' counts, merged, size it as the whole sample's text does (stems included)."""
+    load = CORPORA["multi30k-en-de"][0]
+    src, tgt = load(corpora)
+    src, tgt = pa.concat_arrays([src] * 4), pa.concat_arrays([tgt] * 4)
+    cuts = [0, 1000, 50_000, 70_001, len(src)]
+    counts = [merged_counts([word_counts(side.slice(lo, hi - lo), stem=6)
+                             for lo, hi in itertools.pairwise(cuts)]) for side in (src, tgt)]
+    whole = training_size(src, tgt, tolerance=0.005, stem=6, smallest=4096)
+    assert whole < len(src)  # the words repeat: a cut to check
+    assert size_from_counts(len(src), counts, tolerance=0.005, smallest=4096) == whole
+    assert sorted(counts[0].tolist()) == sorted(
+        word_counts(src, stem=6)["count"].to_list())
 
 
 def test_the_known_share_is_the_binomial_one():

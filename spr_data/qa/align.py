@@ -134,14 +134,17 @@ __all__ = [
     "alignment_tokens",
     "calibrate",
     "final_punctuation",
+    "merged_counts",
     "p_translation",
     "punct_weight",
     "row_hash",
     "shifted_from_cross",
     "shifted_runs",
+    "size_from_counts",
     "synthetic_negatives",
     "training_rows",
     "training_size",
+    "word_counts",
 ]
 
 I64 = NDArray[np.int64]
@@ -390,7 +393,8 @@ class _Block:
     keys: U32
 
 
-def _block(src: _Ragged, tgt: _Ragged, lo: int, hi: int, tgt_size: int) -> _Block:
+def _block(src: _Ragged, tgt: _Ragged, lo: int, hi: int, tgt_size: int,
+           with_keys: bool = True) -> _Block:
     so = src.offsets[lo:hi + 1]
     to = tgt.offsets[lo:hi + 1]
     src_ids = src.ids[so[0]:so[-1]]
@@ -404,17 +408,19 @@ def _block(src: _Ragged, tgt: _Ragged, lo: int, hi: int, tgt_size: int) -> _Bloc
     gf = np.arange(n, dtype=np.int64) + np.repeat((to[:-1] - to[0])[src_pair] - runs, m_of_e)
     # ids are >= 0, so their int32 bits read as uint32 are the same numbers
     keys = (np.repeat(src_ids.view(np.uint32) * np.uint32(tgt_size), m_of_e)
-            + tgt_ids.view(np.uint32)[gf])
+            + tgt_ids.view(np.uint32)[gf]) if with_keys else np.zeros(0, np.uint32)
     return _Block(hi - lo, src_ids, tgt_ids, src_pair, tgt_pair, m_of_e, runs, gf, keys)
 
 
-def _blocks(src: _Ragged, tgt: _Ragged, tgt_size: int, budget: int) -> Iterator[_Block]:
-    """Consecutive blocks of pairs with at most ``budget`` co-occurrences (one pair at least)."""
+def _blocks(src: _Ragged, tgt: _Ragged, tgt_size: int, budget: int,
+            with_keys: bool = True) -> Iterator[_Block]:
+    """Consecutive blocks of pairs with at most ``budget`` co-occurrences (one pair at least);
+    without ``with_keys``, their word pairs are not made (EM reads their table positions)."""
     cost = np.cumsum(src.lengths * tgt.lengths)
     lo, done = 0, 0
     while lo < cost.size:
         hi = max(int(np.searchsorted(cost, done + budget, side="right")), lo + 1)
-        yield _block(src, tgt, lo, hi, tgt_size)
+        yield _block(src, tgt, lo, hi, tgt_size, with_keys)
         done = int(cost[hi - 1])
         lo = hi
 
@@ -731,12 +737,12 @@ def _e_step(task: _EPart) -> str:
     folder = Path(task.folder)
     src = _ragged_part(folder, "src", task.lo, task.hi)
     tgt = _ragged_part(folder, "tgt", task.lo, task.hi)
-    table = np.load(folder / f"table-{task.iteration}.npy", mmap_mode="r")
+    table = np.asarray(np.load(folder / f"table-{task.iteration}.npy", mmap_mode="r"))
     null_f, null_e = np.load(folder / f"null-{task.iteration}.npy", allow_pickle=False)
     null_f, null_e = null_f[:task.tgt_size], null_e[:task.src_size]
-    n = task.n_keys + 1
-    counts_fe = np.zeros(n)
-    counts_ef = np.zeros(n)
+    # real: the counts of t(f|e), imaginary: of t(e|f); one scatter for both, each part
+    # summed as two float64 scatters would (complex addition adds the parts apart)
+    counts = np.zeros(task.n_keys + 1, np.complex128)
     cnt_null_f = np.zeros(task.tgt_size)
     cnt_null_e = np.zeros(task.src_size)
     positions = folder / f"positions-{task.index:05d}.u32"
@@ -750,12 +756,13 @@ def _e_step(task: _EPart) -> str:
     try:
         # every sum runs in array order (add.at), so the block size changes no bit: blocks
         # smaller than scoring's keep the two workers' temporaries small
-        for block in _blocks(src, tgt, task.tgt_size, min(task.chunk_cooc, _EM_BLOCK_COOC)):
+        for block in _blocks(src, tgt, task.tgt_size, min(task.chunk_cooc, _EM_BLOCK_COOC),
+                             with_keys=index is not None):
             if index is not None:
                 found = index.find(block.keys)
                 found.tofile(write)
             else:
-                found = np.fromfile(read, np.uint32, count=block.keys.size)
+                found = np.fromfile(read, np.uint32, count=block.gf.size)
             pos = found.astype(np.intp)
             p = table[pos]
             p_fe = p.real.astype(np.float64)
@@ -764,9 +771,11 @@ def _e_step(task: _EPart) -> str:
             ne = null_e[block.src_ids]
             den_f = np.bincount(block.gf, weights=p_fe, minlength=block.tgt_ids.size) + nf
             den_e = np.add.reduceat(p_ef, block.runs) + ne
+            shares = np.empty(pos.size, np.complex128)
+            np.divide(p_fe, den_f[block.gf], out=shares.real)
+            np.divide(p_ef, np.repeat(den_e, block.m_of_e), out=shares.imag)
             # add.at, not bincount: no table-sized temporary per block (and faster here)
-            np.add.at(counts_fe, pos, p_fe / den_f[block.gf])
-            np.add.at(counts_ef, pos, p_ef / np.repeat(den_e, block.m_of_e))
+            np.add.at(counts, pos, shares)
             np.add.at(cnt_null_f, block.tgt_ids, nf / den_f)
             np.add.at(cnt_null_e, block.src_ids, ne / den_e)
     finally:
@@ -776,7 +785,7 @@ def _e_step(task: _EPart) -> str:
     out = folder / f"counts-{task.iteration}-{task.index:05d}.npy"
     tmp = out.with_name(out.name + ".tmp")
     with open(tmp, "wb") as f:  # four arrays one after the other (.npy, no zip to checksum)
-        for values in (counts_fe, counts_ef, cnt_null_f, cnt_null_e):
+        for values in (counts.real, counts.imag, cnt_null_f, cnt_null_e):
             np.save(f, values, allow_pickle=False)
     tmp.replace(out)
     return str(out)
@@ -1410,7 +1419,18 @@ def training_size(src: pa.Array | pa.ChunkedArray, tgt: pa.Array | pa.ChunkedArr
         raise InputError(f"alignment needs as many targets as sources, found {n} and {len(tgt)}")
     if n <= smallest or tolerance <= 0.0:
         return n
-    counts = [_word_counts(_as_array(side), max_tokens, stem) for side in (src, tgt)]
+    counts = [merged_counts([word_counts(_as_array(side), max_tokens=max_tokens, stem=stem)])
+              for side in (src, tgt)]
+    return size_from_counts(n, counts, tolerance=tolerance, smallest=smallest)
+
+
+def size_from_counts(n: int, counts: Sequence[I64], *, tolerance: float,
+                     smallest: int = SMALLEST_SAMPLE) -> int:
+    """:func:`training_size` of ``n`` pairs from their word counts, one array per side (a
+    count per distinct word, in any order): what a caller that counted the words where it
+    read the pairs (the align stage's sample tasks, on the workers) asks."""
+    if n <= smallest or tolerance <= 0.0:
+        return n
     step = max(1, smallest // 4)
     sizes = np.arange(smallest, n, step, dtype=np.int64)
     if sizes.size == 0:
@@ -1423,16 +1443,25 @@ def training_size(src: pa.Array | pa.ChunkedArray, tgt: pa.Array | pa.ChunkedArr
     return int(sizes[fits[0]]) if fits.size else n
 
 
-def _word_counts(texts: pa.Array, max_tokens: int, stem: int) -> I64:
+def word_counts(texts: pa.Array, *, max_tokens: int = 64, stem: int = 0) -> pl.DataFrame:
+    """How often each alignment token occurs in ``texts`` (columns ``token``, ``count``):
+    counts of parts of a sample add up (:func:`merged_counts`) to the whole sample's."""
     frames = []
     for start in range(0, len(texts), _TEXT_ROWS):
         toks = alignment_tokens(texts.slice(start, _TEXT_ROWS), max_tokens=max_tokens,
                                 stem=stem)
         frames.append(pl.Series("token", toks.tokens).value_counts(name="count"))
     if not frames:
+        return pl.DataFrame({"token": pl.Series([], dtype=pl.String),
+                             "count": pl.Series([], dtype=pl.Int64)})
+    return _merge_counts(frames)
+
+
+def merged_counts(frames: Sequence[pl.DataFrame]) -> I64:
+    """Per distinct token of ``frames`` (:func:`word_counts` of parts), its total count."""
+    if not frames:
         return np.zeros(0, np.int64)
-    merged = _merge_counts(frames)
-    out: I64 = merged["count"].to_numpy().astype(np.int64)
+    out: I64 = _merge_counts(list(frames))["count"].to_numpy().astype(np.int64)
     return out
 
 
