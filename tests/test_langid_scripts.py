@@ -209,6 +209,31 @@ def test_pairs_are_judged_against_the_corpus_length_fit_when_given_it(corpora: P
     assert against[~cut].mean() <= 0.01
 
 
+def test_sides_judged_in_pieces_decide_as_the_whole_batch(corpora: Path,
+                                                         monkeypatch: pytest.MonkeyPatch):
+    """A side is judged ``_SIDE_ROWS`` rows at a time (its temporaries bounded): with pieces
+    of 7 rows, a batch of real and broken pairs gets the same rejects and columns as in one
+    piece (the length ratio against one fit)."""
+    import spr_data.qa.rules as rules
+
+    rng = random.Random(3)
+    pairs = rng.sample(_cmn(corpora), 300)
+    broken = ["", "http://example.com/a", "ÃƒÂ©tÃƒÂ© Ã  Paris", "<b>x</b> y", "ha " * 40,
+              "然后然后然后然后然后然后然后然后然后然后然后然后然后然后然后然后", "12345"]
+    src = [s if i % 5 else broken[i % 7] for i, (s, _) in enumerate(pairs)]
+    tgt = [t if i % 3 else broken[(i + 2) % 7] for i, (_, t) in enumerate(pairs)]
+    batch = pa.record_batch({"src": pa.array(src), "tgt": pa.array(tgt)})
+    stage = RulesStage(RulesConfig(), ("src", "tgt"), ["en", "zh"])
+    whole = stage.apply(batch)
+    monkeypatch.setattr(rules, "_SIDE_ROWS", 7)
+    pieces = stage.apply(batch)
+    assert [r for r, _ in pieces.rejects] == [r for r, _ in whole.rejects]
+    for (reason, a), (_, b) in zip(pieces.rejects, whole.rejects, strict=True):
+        assert np.array_equal(np.asarray(a, bool), np.asarray(b, bool)), reason
+    assert all(pieces.columns[k].equals(whole.columns[k]) for k in whole.columns)
+    assert sum(int(np.asarray(m).sum()) for _, m in whole.rejects) > 60  # the broken ones
+
+
 def _mono(texts: list[str], lang: str) -> np.ndarray:
     batch = pa.record_batch({"text": pa.array(texts)})
     out = LangIdStage(LangIdConfig(), ("text",), [lang]).apply(batch)
