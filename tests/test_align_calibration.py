@@ -342,7 +342,12 @@ def test_report_and_columns_carry_the_calibration(runs: dict[str, object]):
     for directory in (report.out, report.out / REJECTS_DIR):
         table = open_dataset(directory).take(np.arange(200))
         p = table.column("p_translation").to_numpy()
-        assert p.dtype == np.float32 and np.all((p >= 0) & (p <= 1))
+        assert p.dtype == np.float32
+        # a row an earlier stage rejected is not scored (align is the last stage here)
+        scored = (np.array(table.column("stage").to_pylist()) == "align"
+                  if "stage" in table.column_names else np.ones(len(p), bool))
+        assert np.all((p[scored] >= 0) & (p[scored] <= 1)) and np.isnan(p[~scored]).all()
+        assert table.column("align_score").null_count == np.count_nonzero(~scored)
     kept_p = open_dataset(report.out).take(np.arange(1000)).column("p_translation").to_numpy()
     rejects = open_dataset(report.out / REJECTS_DIR)
     low = [r["p_translation"] for r in rejects.take(np.arange(len(rejects))).to_pylist()

@@ -460,7 +460,7 @@ def _decide_task(task: _UnitTask) -> dict[str, Any]:
     }
     for name in _HISTOGRAMS:
         if name in columns.schema.names:
-            values = columns.whole(name).to_numpy().astype(np.float64)
+            values = columns.whole(name).to_numpy(zero_copy_only=False).astype(np.float64)
             stats["histograms"][name] = _histogram(values, name)
     return mark_unit_finished(task.work, staging, task.index, stats, [kept_path, reject_path])
 

@@ -422,7 +422,12 @@ class AlignStage:
               rejected: np.ndarray) -> StageOutput:
         """Score the unit slice by slice (and the cross pairs of its neighbours, for
         ``shifted_lines``), then decide over the whole unit: a run of shifted lines may
-        cross any slice boundary."""
+        cross any slice boundary.
+
+        Rows an earlier stage rejected are not scored (their ``align_score`` and
+        ``p_translation`` are null), as language id does not ask fastText about rows the
+        rules rejected: their reason is known, and scoring is most of the decide step's
+        time."""
         info = state["info"]
         aligner = _model(state["model"], info["model_hash"])
         trained = np.load(state["trained_ids"], allow_pickle=False)
@@ -435,24 +440,28 @@ class AlignStage:
         for batch in rows:
             n = batch.num_rows
             ids = np.asarray(batch.column(ID).to_numpy(), np.uint64)
-            src, tgt = batch.column("src"), batch.column("tgt")
-            scores = aligner.score(src, tgt) if n else np.zeros(0, dtype=np.float32)
             seen = np.isin(ids, trained)
-            if shift:
-                p_values = _p_values(scores, seen, info)
-                # in file order, among the rows no earlier stage rejected
-                alive = np.flatnonzero(~rejected[start:start + n])
-                links.add(src, tgt, alive, p_values[alive] < _SURE)
+            # in file order, the rows no earlier stage rejected
+            alive = np.flatnonzero(~rejected[start:start + n])
+            scores = np.full(n, np.nan, dtype=np.float32)
+            if alive.size:
+                at = pa.array(alive)
+                src, tgt = batch.column("src").take(at), batch.column("tgt").take(at)
+                scores[alive] = aligner.score(src, tgt)
+                if shift:
+                    links.add(src, tgt, _p_values(scores[alive], seen[alive], info) < _SURE)
             id_parts.append(ids)
-            score_parts.append(np.asarray(scores, np.float32))
+            score_parts.append(scores)
             seen_parts.append(seen)
             start += n
         ids, scores, seen = (joined(id_parts, np.uint64), joined(score_parts, np.float32),
                              joined(seen_parts, np.bool_))
+        unscored = np.isnan(scores)
         threshold = np.where(seen, info["threshold"], info["threshold_unseen"])
         p_values = _p_values(scores, seen, info)
-        out = StageOutput(columns={ALIGN_SCORE: pa.array(scores),
-                                   P_TRANSLATION: pa.array(np.asarray(p_values, np.float32))})
+        out = StageOutput(columns={
+            ALIGN_SCORE: pa.array(scores, mask=unscored),
+            P_TRANSLATION: pa.array(np.asarray(p_values, np.float32), mask=unscored)})
         low_alignment = scores < threshold
         shifted = np.zeros(len(scores), dtype=bool)
         if shift:
@@ -498,14 +507,12 @@ class _CrossLinks:
         self._down: list[np.ndarray] = []
         self._up: list[np.ndarray] = []
 
-    def add(self, src: pa.Array, tgt: pa.Array, alive: np.ndarray,
-            unsure: np.ndarray) -> None:
-        """The rows ``alive`` (positions in this slice) of a slice, and whether each is
+    def add(self, src: pa.Array, tgt: pa.Array, unsure: np.ndarray) -> None:
+        """The next alive rows of the unit (a slice's, in file order), and whether each is
         unsure."""
-        if alive.size == 0:
+        if len(src) == 0:
             return
-        rows = pa.array(alive)
-        src, tgt = src.take(rows), tgt.take(rows)
+        count = len(src)
         first = self.rows  # this slice's first row among all the unit's alive rows
         if self._carry is not None:  # the row before this slice's first
             src = pa.concat_arrays([self._carry[0], src])
@@ -514,7 +521,7 @@ class _CrossLinks:
             first -= 1
         last = pa.array([len(src) - 1])
         self._carry = (src.take(last), tgt.take(last), bool(unsure[-1]))
-        self.rows += alive.size
+        self.rows += count
         here = np.flatnonzero(unsure[1:] | unsure[:-1]) + 1
         if here.size == 0:
             return
