@@ -27,7 +27,9 @@ from spr_data.qa.align import (
     UNK_ID,
     AlignerOptions,
     LexicalAligner,
+    Vocabulary,
     _known_share,
+    _with_identity_links,
     alignment_tokens,
     final_punctuation,
     merged_counts,
@@ -421,6 +423,29 @@ def test_a_rare_word_written_the_same_on_both_sides_links_itself():
     fwd, bwd = model.score_directions(pa.array(["marlins", "a"]), pa.array(["marlins", "a"]))
     assert fwd[0] >= math.log(IDENTITY_LINK) and bwd[0] >= math.log(IDENTITY_LINK)
     assert fwd[1] < math.log(IDENTITY_LINK)  # "a" is too short to count as a name
+
+
+def test_identity_links_merge_into_a_models_keys_as_a_union():
+    """The identity links are merged into a model's sorted keys without sorting them all
+    again: the same keys and strengths as the union of both, an identity key already linked
+    keeping the stronger link, one not linked getting ``IDENTITY_LINK``."""
+    words = pa.array(["aaa", "bbb", "ccc", "dd", "eee"], pa.large_string())
+    vocab = Vocabulary(words)  # ids 2..6; identity keys for the 3+ letter words
+    size = vocab.size
+    identity = np.array([i * size + i for i in (2, 3, 4, 6)], np.uint32)
+    keys = np.array([5, 2 * size + 2, 3 * size + 5, 4 * size + 4, 6 * size + 1], np.uint32)
+    link = np.array([0.5, 0.1, 0.2, 0.95, 0.3], np.float32)
+    for order in (slice(None), slice(None, None, -1)):  # sorted (a model's) and not
+        strength_of = dict(zip(keys[order].tolist(), link[order].tolist(), strict=True))
+        merged, strength = _with_identity_links(keys[order].copy(), link[order].copy(),
+                                                vocab, vocab)
+        assert merged.dtype == np.uint32
+        np.testing.assert_array_equal(merged, np.union1d(keys, identity))
+        for key, value in zip(merged.tolist(), strength.tolist(), strict=True):
+            expected = strength_of.get(key, 0.0)
+            if key in identity.tolist():
+                expected = max(expected, IDENTITY_LINK)
+            assert value == np.float32(expected), key
 
 
 def test_relaxed_em_gets_in_3_rounds_nearer_convergence_than_plain_em(ben):

@@ -103,7 +103,7 @@ class _Context:
     def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[tuple[int, R]]:
         return self.executor.map(fn, tasks)
 
-    def release_workers(self) -> None:
+    def release_workers(self, start: Sequence[str] = ()) -> None:
         pass
 
     def rejected_before(self, unit: int) -> tuple[pa.Table, np.ndarray]:
@@ -205,6 +205,29 @@ def test_accounting_is_read_from_the_written_files(eng_ben: Path, corpora: Path,
                  workers=1)
     assert not (out / MANIFEST_NAME).exists()
     assert not list(out.glob("shard-*"))  # nothing where a reader would take it for rows
+
+
+def _in_worker(module: str) -> tuple[int, bool]:
+    import os
+    import sys
+
+    return os.getpid(), module in sys.modules
+
+
+def test_workers_started_ahead_run_the_next_tasks_with_their_modules_imported():
+    """``warm`` starts the workers and returns at once (their imports overlap the caller's
+    work); the next map runs on those processes, the modules named already imported."""
+    module = "wave"  # a module nothing else here imports
+    with LocalExecutor(2) as executor:
+        executor.warm([module])
+        started = {p.pid for p in executor._pool._processes.values()}  # type: ignore[union-attr]
+        assert len(started) == 2
+        seen = dict(executor.map(_in_worker, [module] * 6)).values()
+        assert {pid for pid, _ in seen} <= started
+        assert all(imported for _, imported in seen)
+        executor.release()
+        seen = dict(executor.map(_in_worker, [module] * 4)).values()
+        assert not any(imported for _, imported in seen)  # not warmed: not imported
 
 
 def test_the_largest_units_are_handed_out_first(eng_ben: Path, tmp_path: Path):

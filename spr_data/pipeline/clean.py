@@ -233,6 +233,9 @@ def _score_task(task: _UnitTask) -> int:
         tmp.replace(target)
     finally:
         tmp.unlink(missing_ok=True)
+    # what the slices grew goes back: this worker may wait idle through the combine step
+    # (the heap it kept was about 0.4 GB at 5M pairs)
+    release_heap()
     return rows
 
 
@@ -338,9 +341,11 @@ class _Combine:
             raise SprDataError("the combine step has no executor")
         return self.executor.map(fn, tasks)
 
-    def release_workers(self) -> None:
+    def release_workers(self, start: Sequence[str] = ()) -> None:
         if isinstance(self.executor, LocalExecutor):
             self.executor.release()
+            if start:
+                self.executor.warm(start)
 
     def rejected_before(self, unit: int) -> tuple[pa.Table, np.ndarray]:
         table = _read_table(self.scored[unit])
@@ -376,20 +381,13 @@ def _combine(run: ShardRun, stages: list[Stage], position: int,
         partials=[_partial_path(run.work, stage.name, u.index) for u in run.units],
         before=tuple(stages[:position]), states=dict(states),
         workers=run.executor.workers, executor=run.executor)
-    # a combine that asks for it (training; dedup's partitions) on local workers: the idle
-    # workers stop first
-    local = (run.executor if isinstance(run.executor, LocalExecutor)
-             and getattr(stage, "release_workers", False) else None)
-    if local is not None:
-        # idle workers would hold the memory of the score step (about 0.4 GB each), so they
-        # stop first (the combine's tasks start new ones)
-        local.release()
+    # the workers are kept from step to step (their tasks give their heap back as they end):
+    # the next step does not wait for new ones to start (about 0.7 s of imports each, and
+    # the alignment model loaded); a stage restarts them where their memory matters (the
+    # align stage, before EM). The heap a heavy combine grew here is not kept through the
+    # decide step.
     state = stage.combine(context)
-    if local is not None:
-        # and the combine's workers, and the heap it grew here, are not kept through the
-        # decide step (training at 1M pairs: the tree's peak 1.13-1.15 GB with training in
-        # a process of its own, one more Python; 1.01-1.07 GB here)
-        local.release()
+    if getattr(stage, "heavy_combine", False):
         release_heap()
     atomic_write_bytes(state_path, json.dumps(state).encode())
     return state

@@ -8,6 +8,7 @@ that outgrow one machine.
 from __future__ import annotations
 
 import ctypes
+import importlib
 import multiprocessing
 import os
 import signal
@@ -49,6 +50,18 @@ def die_with_parent(parent: int) -> None:
             pass
     if os.getppid() != parent:  # the parent is already gone
         os._exit(1)
+
+
+def _start_worker(parent: int, modules: tuple[str, ...]) -> None:
+    """Worker initializer: :func:`die_with_parent`, then import ``modules`` (what the tasks
+    to come need: a worker started ahead of them spends its start-up while the parent works)."""
+    die_with_parent(parent)
+    for name in modules:
+        importlib.import_module(name)
+
+
+def _ready() -> None:
+    """The task that starts a worker process (see :meth:`LocalExecutor.warm`)."""
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -134,17 +147,30 @@ class LocalExecutor:
             pool, self._pool = self._pool, None
             pool.shutdown(wait=True)
 
+    def warm(self, modules: Sequence[str] = ()) -> None:
+        """Start the worker processes now, each importing ``modules``, and return at once:
+        they start up (about 0.7 s of imports each) while this process goes on to work of
+        its own before the next ``map``. Nothing with one worker, or with workers running."""
+        if self.workers == 1 or self._pool is not None:
+            return
+        pool = self._started(tuple(modules))
+        for _ in range(self.workers):  # a process per task while none is idle
+            _submit(pool, _ready)
+
+    def _started(self, modules: tuple[str, ...]) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=self.workers,
+                                             mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_start_worker,
+                                             initargs=(os.getpid(), modules))
+        return self._pool
+
     def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[tuple[int, R]]:
         if self.workers == 1 or len(tasks) <= 1:
             for i, task in enumerate(tasks):
                 yield i, fn(task)
             return
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers,
-                                             mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=die_with_parent,
-                                             initargs=(os.getpid(),))
-        pool = self._pool
+        pool = self._started(())
         pending: dict[Future[R], int] = {}
         queue = iter(enumerate(tasks))
         try:
@@ -166,15 +192,15 @@ class LocalExecutor:
             raise
 
 
-def _submit(pool: ProcessPoolExecutor, fn: Callable[[T], R], task: T) -> Future[R]:
+def _submit(pool: ProcessPoolExecutor, fn: Callable[..., R], *task: object) -> Future[R]:
     """``pool.submit`` with SIGINT blocked in this thread: ``submit`` is where the pool starts
     its processes, and a process inherits the signal mask of the thread that started it. A
     Ctrl-C meanwhile is delivered to this process when the mask is restored."""
     if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - not POSIX
-        return pool.submit(fn, task)
+        return pool.submit(fn, *task)
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        return pool.submit(fn, task)
+        return pool.submit(fn, *task)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 

@@ -788,6 +788,8 @@ def _e_step(task: _EPart) -> str:
         for values in (counts.real, counts.imag, cnt_null_f, cnt_null_e):
             np.save(f, values, allow_pickle=False)
     tmp.replace(out)
+    del counts, table, src, tgt
+    release_heap()  # what this part grew goes back before the worker's next task
     return str(out)
 
 
@@ -1382,7 +1384,14 @@ def _with_identity_links(keys: U32, link: F32, src_vocab: Vocabulary,
     tgt_ids = at.filter(same).to_numpy().astype(np.int64) + FIRST_WORD_ID
     # sorted and unique already: one target id per source id, source ids ascending
     identity = (src_ids * tgt_vocab.size + tgt_ids).astype(np.uint32)
-    merged = np.union1d(keys, identity).astype(np.uint32)
+    if keys.size and bool(np.all(keys[1:] > keys[:-1])):  # a model's keys: sorted, unique
+        # their union with the identity keys by a merge (np.union1d sorted them all again:
+        # 0.24 s of each worker's load of a 344k-key model)
+        at_key = np.minimum(np.searchsorted(keys, identity), keys.size - 1)
+        new = identity[keys[at_key] != identity]
+        merged = np.insert(keys, np.searchsorted(keys, new), new).astype(np.uint32)
+    else:
+        merged = np.union1d(keys, identity).astype(np.uint32)
     strength = np.zeros(merged.size, np.float32)
     strength[np.searchsorted(merged, keys)] = link
     at_identity = np.searchsorted(merged, identity)

@@ -103,9 +103,9 @@ class AlignStage:
     name: str = "align"
     reasons: tuple[str, ...] = ("low_alignment", "shifted_lines")
     columns: tuple[str, ...] = (ALIGN_SCORE, P_TRANSLATION)
-    #: the combine step trains for a minute: the runner stops the idle workers first (they
-    #: hold the score step's memory) and gives the heap training grew back after
-    release_workers: bool = True
+    #: the combine step trains for a minute and grows the main process' heap: the runner
+    #: gives it back after (the stage restarts the workers itself before EM)
+    heavy_combine: bool = True
 
     def partial(self, rows: UnitRows) -> None:
         return None
@@ -542,8 +542,9 @@ class _CrossLinks:
         return down, up
 
 
-#: pairs a scoring task takes at a time
-_SCORE_TASK_ROWS = 32768
+#: pairs a scoring task takes at a time: small enough that the workers end together (at
+#: 1M pairs, 82k pairs to score: 3 tasks of 32,768 left a worker idle for a third of it)
+_SCORE_TASK_ROWS = 8192
 
 
 @dataclass(frozen=True)
@@ -576,7 +577,10 @@ def _score_task(task: _ScoreTask) -> np.ndarray:
     with pa.memory_map(task.pairs) as source:
         table = pa.ipc.open_file(source).read_all().slice(task.lo, task.hi - task.lo)
     scored = aligner.scores(table.column("src"), table.column("tgt"))
-    return np.stack([scored.score, scored.punct_mismatch.astype(np.float32)])
+    out = np.stack([scored.score, scored.punct_mismatch.astype(np.float32)])
+    del table, scored
+    release_heap()  # this worker goes on to the decide step
+    return out
 
 
 def _write_pairs(path: Path, sets: list[tuple[pa.Array, pa.Array]]) -> Path:
@@ -759,8 +763,10 @@ def _training_pairs(context: CombineContext, limit: int, seed: int, *, sized: bo
         for _ in context.map(_sample_task, tasks):
             pass
         # EM's tasks come next: on fresh workers, not on those that read every unit (at 1M
-        # pairs they kept about 50 MB each more through EM, heap given back or not)
-        context.release_workers()
+        # pairs they kept about 50 MB each more through EM, heap given back or not), started
+        # now: their imports overlap this process' reading the sample and building the
+        # vocabularies
+        context.release_workers(start=("spr_data.qa.align",))
         for task in tasks:  # in unit order
             with pa.memory_map(task.path) as source:
                 picked = pa.ipc.open_file(source).read_all()

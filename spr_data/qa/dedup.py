@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from spr_data.arrays import joined
 from spr_data.fsio import TMP_SUFFIX
+from spr_data.heap import release_heap
 from spr_data.qa.stage import CombineContext, StageOutput, UnitRows, unit_ids
 from spr_data.recipe import DedupConfig
 from spr_data.schema import ID
@@ -121,7 +122,10 @@ def _dedup_partition(task: _PartitionTask) -> int:
     # the too-many-targets file first: the duplicates' file, renamed last, says both are done
     _save(_many_path(out), many)
     _save(out, dup)
-    return int(rows.shape[1])
+    found = int(rows.shape[1])
+    del rows, content, source, dup, many
+    release_heap()  # a worker goes on to other tasks
+    return found
 
 
 def _many_path(dup: Path) -> Path:
@@ -159,9 +163,10 @@ class DedupStage:
         return ("duplicate", "too_many_targets") if self.by_source else ("duplicate",)
 
     columns: tuple[str, ...] = ()
-    #: the runner stops the idle score workers before the partitions are searched (a single
-    #: partition runs in the main process): at 5M pairs they held 375-390 MB each meanwhile
-    release_workers = True
+    #: the partitions grow the heap of the process that searches them (the main process,
+    #: where there is one): the runner gives it back after the combine. The idle score workers
+    #: gave theirs back as their tasks ended (at 5M pairs they held 375-390 MB each otherwise)
+    heavy_combine = True
 
     def partial(self, rows: UnitRows) -> np.ndarray:
         """The unit's (hash, id) rows sorted by hash (and by source hash): hashed slice by

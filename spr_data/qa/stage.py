@@ -106,9 +106,10 @@ class CombineContext(Protocol):
         """Run ``fn`` (module-level) over ``tasks`` on the executor."""
         ...
 
-    def release_workers(self) -> None:
+    def release_workers(self, start: Sequence[str] = ()) -> None:
         """Stop the executor's idle local worker processes (the next tasks start fresh ones):
-        after tasks that grew them, before tasks that need the memory."""
+        after tasks that grew them, before tasks that need the memory. With ``start`` (the
+        modules the next tasks import), fresh ones start now, while this process works."""
         ...
 
     def rejected_before(self, unit: int) -> tuple[pa.Table, np.ndarray]:
