@@ -259,6 +259,32 @@ def runs(corpora: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, o
     return out
 
 
+def test_rows_scored_for_the_calibration_keep_their_scores_bit_for_bit(
+        runs: dict[str, object]):
+    """The corpus rows the combine step scored (here: every row the stage decides, the
+    corpus being under one sample) are not scored again in the decide step: their
+    ``align_score`` is the final model's own score of the pair, to the bit."""
+    _, _, report = runs["junk0.25"]  # type: ignore[misc]
+    assert isinstance(report, CleanReport) and report.align is not None
+    assert report.align["corpus_pairs_scored"] > 10_000
+    model = LexicalAligner.load(report.out / "align_model.npz",
+                                expected_hash=report.align["model_hash"])
+    for directory in (report.out, report.out / REJECTS_DIR):
+        ds = open_dataset(directory)
+        table = ds.take(np.arange(len(ds)))
+        scored = _valid(table.column("align_score"))
+        assert scored.sum() > 100
+        rows = pa.array(np.flatnonzero(scored))
+        fresh = model.score(table.column("src").take(rows), table.column("tgt").take(rows))
+        kept = table.column("align_score").take(rows).to_numpy()
+        assert kept.dtype == np.float32
+        np.testing.assert_array_equal(kept.view(np.uint32), fresh.view(np.uint32))
+
+
+def _valid(column: pa.ChunkedArray) -> np.ndarray:
+    return np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+
+
 @pytest.mark.parametrize("share", [0.25, 0.5])
 def test_junk_is_caught_and_real_pairs_kept_at_any_share(runs: dict[str, object], share: float):
     ds, kinds, report = runs[f"junk{share}"]  # type: ignore[misc]
