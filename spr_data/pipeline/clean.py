@@ -234,7 +234,7 @@ def _score_task(task: _UnitTask) -> int:
     finally:
         tmp.unlink(missing_ok=True)
     # what the slices grew goes back: this worker may wait idle through the combine step
-    # (the heap it kept was about 0.4 GB at 5M pairs)
+    # (an idle score worker held about 0.4 GB at 5M pairs)
     release_heap()
     return rows
 

@@ -235,8 +235,9 @@ class AlignStage:
         # the corpus rows scored here are not scored again in the decide step: the same model,
         # its punctuation term as it applies it, so the same float32 bits (at 100k pairs they
         # are 65,536 of the 95,477 rows the stage decides)
-        by_id = np.argsort(ids[calib], kind="stable")
-        _save(paths["scored_ids"], ids[calib][by_id])
+        calib_ids = ids[calib]
+        by_id = np.argsort(calib_ids, kind="stable")
+        _save(paths["scored_ids"], calib_ids[by_id])
         _save(paths["scored"], calib_scores[by_id].astype(np.float32))
 
         def calibrated(corpus: np.ndarray, negatives: Any, scores: np.ndarray) -> Any:
@@ -455,16 +456,15 @@ class AlignStage:
             # in file order, the rows no earlier stage rejected
             alive = np.flatnonzero(~rejected[start:start + n])
             scores = np.full(n, np.nan, dtype=np.float32)
-            if alive.size:
+            todo = alive[~known.lookup(ids[alive], scores, alive)]
+            if todo.size:
+                rows_todo = pa.array(todo)
+                scores[todo] = aligner.score(batch.column("src").take(rows_todo),
+                                             batch.column("tgt").take(rows_todo))
+            if shift and alive.size:
                 at = pa.array(alive)
-                src, tgt = batch.column("src").take(at), batch.column("tgt").take(at)
-                found = known.lookup(ids[alive], scores, alive)
-                todo = np.flatnonzero(~found)
-                if todo.size:
-                    rest = pa.array(todo)
-                    scores[alive[todo]] = aligner.score(src.take(rest), tgt.take(rest))
-                if shift:
-                    links.add(src, tgt, _p_values(scores[alive], seen[alive], info) < _SURE)
+                links.add(batch.column("src").take(at), batch.column("tgt").take(at),
+                          _p_values(scores[alive], seen[alive], info) < _SURE)
             id_parts.append(ids)
             score_parts.append(scores)
             seen_parts.append(seen)
@@ -578,8 +578,8 @@ class _CrossLinks:
         return down, up
 
 
-#: pairs a scoring task takes at a time: small enough that the workers end together (at
-#: 1M pairs, 82k pairs to score: 3 tasks of 32,768 left a worker idle for a third of it)
+#: pairs a scoring task takes at a time: small enough that the workers end about together
+#: (at 1M pairs 82k pairs are scored: in tasks of 32,768, one of two workers got two of three)
 _SCORE_TASK_ROWS = 8192
 
 
