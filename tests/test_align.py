@@ -260,6 +260,24 @@ def test_tokens_cut_to_their_stems():
     assert alignment_tokens(texts, stem=50).tokens == alignment_tokens(texts, stem=0).tokens
 
 
+def test_stemming_the_distinct_words_gives_the_tokens_ids_and_counts():
+    """Scoring and counting stem each distinct word once: the same ids as stemming every
+    token and looking it up, and the same counts per stem (two words with one stem add up)."""
+    texts = pa.array(["Häuser und Hausen, HÄUSER!", None, "", "东京 Häuser 42 häusern",
+                      "Informationen informieren"])
+    vocab = Vocabulary(pa.array(["häu", "inf", "und", "东"], pa.large_string()))
+    for stem in (0, 3):
+        toks = alignment_tokens(texts, max_tokens=4, stem=stem)
+        ids = align_module._encode(texts, vocab, 4, stem)
+        assert ids.offsets.tolist() == toks.offsets.tolist()
+        assert ids.ids.tolist() == vocab.encode(toks.tokens).tolist()
+        counted = dict(word_counts(texts, max_tokens=4, stem=stem).iter_rows())
+        tokens = toks.tokens.to_pylist()
+        assert counted == {t: tokens.count(t) for t in set(tokens)}
+    # Häuser, HÄUSER and the third row's Häuser (its häusern is past the 4 tokens)
+    assert dict(word_counts(texts, max_tokens=4, stem=3).iter_rows())["häu"] == 3
+
+
 def test_non_string_input_is_refused():
     with pytest.raises(InputError, match="string"):
         alignment_tokens(pa.array([1, 2]))
@@ -551,6 +569,32 @@ def test_scores_do_not_depend_on_batching(ben):
     part = model.score(src.slice(1234, 100), tgt.slice(1234, 100))
     np.testing.assert_array_equal(whole, chunked)
     np.testing.assert_array_equal(whole[1234:1334], part)
+
+
+def test_links_of_frequent_words_from_the_matrix_are_the_hashs(ben, monkeypatch):
+    """The dense matrix of the frequent words' links gives the hash's bits, for pairs in it,
+    beside it and across its edge (a matrix of 40 words here, so that every kind occurs)."""
+    src, tgt = ben
+    model = LexicalAligner.train(src[:3000], tgt[:3000], AlignerOptions("en", "bn"))
+    expected = model.score(src, tgt)
+    monkeypatch.setattr(align_module, "_DENSE_WORDS", 40)
+    small = model.with_options()  # the same tables, its lookups not built yet
+    table = small._links
+    assert table.rows == 40 and table.cols == 40
+    s_ids = align_module._encode(src[:500], small.src_vocab, 64, small.options.stem_chars)
+    t_ids = align_module._encode(tgt[:500], small.tgt_vocab, 64, small.options.stem_chars)
+    inside = outside = 0
+    for block in align_module._blocks(s_ids, t_ids, small.tgt_vocab.size, 20_000):
+        src_tok = np.repeat(np.arange(block.src_ids.size, dtype=np.uint32), block.m_of_e)
+        got = table.find(block, src_tok)
+        want = table.table.find(block.keys)
+        np.testing.assert_array_equal(got.view(np.uint32), want)
+        dense = (block.src_ids[src_tok] < 40) & (block.tgt_ids[block.gf] < 40)
+        inside += int(np.count_nonzero(dense & (want != 0)))
+        outside += int(np.count_nonzero(~dense & (want != 0)))
+    assert inside > 200 and outside > 200, (inside, outside)
+    np.testing.assert_array_equal(small.score(src, tgt).view(np.uint32),
+                                  expected.view(np.uint32))
 
 
 def test_subsample_is_the_training_rows(ben):

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from spr_data.errors import InputError
+from spr_data.preload import pyarrow_first_use
 from spr_data.reader import is_network_path
 
 __all__ = ["Executor", "LocalExecutor", "check_shared", "default_workers", "die_with_parent",
@@ -54,10 +55,12 @@ def die_with_parent(parent: int) -> None:
 
 def _start_worker(parent: int, modules: tuple[str, ...]) -> None:
     """Worker initializer: :func:`die_with_parent`, then import ``modules`` (what the tasks
-    to come need: a worker started ahead of them spends its start-up while the parent works)."""
+    to come need: a worker started ahead of them spends its start-up while the parent works)
+    and what pyarrow imports on first use."""
     die_with_parent(parent)
     for name in modules:
         importlib.import_module(name)
+    pyarrow_first_use()
 
 
 def _ready() -> None:

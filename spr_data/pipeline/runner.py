@@ -52,6 +52,7 @@ from spr_data.outdir import (
 )
 from spr_data.pipeline.executor import Executor, check_shared, executor_for
 from spr_data.pipeline.units import unit_rows
+from spr_data.preload import pyarrow_first_use_in_background
 from spr_data.reader import ReaderOptions
 from spr_data.remote_output import (
     RemoteOutput,
@@ -182,6 +183,9 @@ class ShardRun:
             (self.staging / REJECTS_DIR).mkdir(parents=True, exist_ok=True)
             self._executor = stack.enter_context(
                 executor_for(self._executor_arg, self._workers_arg))
+            # this process waits while the first step's workers start: meanwhile, what pyarrow
+            # would load on first use in a later step of this process
+            pyarrow_first_use_in_background()
             check_shared(self.out, self._executor,
                          "--work-dir" if self.target is not None else "--out")
             self._stack = stack.pop_all()
