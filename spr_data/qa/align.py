@@ -87,6 +87,7 @@ corpus, options and seed give bit-identical models and scores.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import io
 import itertools
@@ -97,6 +98,7 @@ import sys
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -589,20 +591,28 @@ def _capped_links(block: _Block, link: F32, src_tok: NDArray[np.uint32], l_len: 
     # the co-occurrence of (source token i, target token j) is runs[i] + j - first[pair]
     first = np.zeros(block.n_pairs, np.int64)
     np.cumsum(m_len[:-1], out=first[1:])
+    # the second best of the tokens beyond their partner's cap, read from their own
+    # co-occurrences only (a max is the same bits in any order)
     out_f = best_f.copy()
     over = _beyond(arg_f, best_f, cap_f[block.tgt_pair], n_src)
-    if over.size:  # their second best: the best link of another source token
-        others = link.copy()
-        others[block.runs[arg_f[over]] + over - first[block.tgt_pair[over]]] = 0
-        second = np.zeros(n_tgt, np.float32)
-        np.maximum.at(second, block.gf, others)
-        out_f[over] = second[over]
+    if over.size:  # the best link of another source token of the pair
+        pair = block.tgt_pair[over]
+        src_first = np.zeros(block.n_pairs, np.int64)
+        np.cumsum(l_len[:-1], out=src_first[1:])
+        count = l_len[pair]
+        seg = np.cumsum(count) - count
+        tok = np.arange(int(count.sum())) + np.repeat(src_first[pair] - seg, count)
+        values = link[block.runs[tok] + np.repeat(over - first[pair], count)]
+        values[tok == np.repeat(arg_f[over], count)] = 0
+        out_f[over] = np.maximum(np.maximum.reduceat(values, seg), np.float32(0))
     out_e = best_e.copy()
     over = _beyond(arg_e, best_e, cap_e[block.src_pair], n_tgt)
-    if over.size:
-        others = link.copy()
-        others[block.runs + arg_e - first[block.src_pair]] = 0
-        out_e[over] = np.maximum.reduceat(others, block.runs)[over]
+    if over.size:  # the best link of another target token: the rest of the token's run
+        count = block.m_of_e[over]
+        seg = np.cumsum(count) - count
+        values = link[np.arange(int(count.sum())) + np.repeat(block.runs[over] - seg, count)]
+        values[seg + arg_e[over] - first[block.src_pair[over]]] = 0
+        out_e[over] = np.maximum.reduceat(values, seg)
     return out_f, out_e
 
 
@@ -1168,8 +1178,11 @@ class LexicalAligner:
                                           seed=options.seed))
             src, tgt = src.take(rows), tgt.take(rows)
         src_arr, tgt_arr = _pair_arrays(src, tgt)
-        src_vocab, src_ids = _vocab_and_ids(src_arr, options)
-        tgt_vocab, tgt_ids = _vocab_and_ids(tgt_arr, options)
+        # both sides at once: tokenizing (polars, Arrow) lets go of the GIL (79k pairs of two
+        # sentences: 0.85 -> 0.52 s)
+        with ThreadPoolExecutor(2) as pool:
+            (src_vocab, src_ids), (tgt_vocab, tgt_ids) = pool.map(
+                functools.partial(_vocab_and_ids, options=options), (src_arr, tgt_arr))
         del src, tgt, src_arr, tgt_arr  # the ids are what EM needs (a caller may let go too)
         pa.default_memory_pool().release_unused()
         both = np.flatnonzero((src_ids.lengths > 0) & (tgt_ids.lengths > 0))
