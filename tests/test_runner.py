@@ -160,6 +160,34 @@ def test_dedup_by_hash_partitions_is_the_same_for_any_partitioning(
     assert np.array_equal(np.sort(np.concatenate(found["too_many_targets"])), expected_many)
 
 
+def test_content_hash_is_the_keyed_blake2b_of_the_joined_text(corpora: Path):
+    """A row's content hash is BLAKE2b (8 bytes, dedup's key) of its texts joined with NUL,
+    a null read as empty: stable across runs, machines and library versions, whatever the
+    arrays' types, slicing or chunking."""
+    import hashlib
+
+    from spr_data.qa.dedup import _KEY, content_hashes
+
+    def reference(*columns: list[str | None]) -> list[int]:
+        return [int.from_bytes(hashlib.blake2b("\x00".join(t or "" for t in parts).encode(),
+                                               digest_size=8, key=_KEY).digest(), "little")
+                for parts in zip(*columns, strict=True)]
+
+    src = ["Tom ist da.", None, "", "東京タワー", "x" * 5000, "a"]
+    tgt = ["Tom is here.", "nothing", None, "Tokyo Tower", "", "\x00"]
+    assert content_hashes([pa.array(src), pa.array(tgt)]).tolist() == reference(src, tgt)
+    assert content_hashes([pa.array(src)]).tolist() == reference(src)
+    sliced = [pa.array(src, pa.large_string()).slice(2, 3), pa.array(tgt).slice(2, 3)]
+    assert content_hashes(sliced).tolist() == reference(src[2:5], tgt[2:5])
+    assert content_hashes([pa.array([], pa.string())]).tolist() == []
+    with gzip.open(corpora / "parallel/tatoeba_manythings_eng-cmn.tsv.gz", "rt",
+                   encoding="utf-8") as f:
+        lines = f.read().removeprefix("\ufeff").splitlines()[:3000]
+    pairs = [line.split("\t")[:2] for line in lines if "\t" in line]
+    eng, cmn = [p[0] for p in pairs], [p[1] for p in pairs]
+    assert content_hashes([pa.array(eng), pa.array(cmn)]).tolist() == reference(eng, cmn)
+
+
 def test_clean_dedups_the_rows_of_the_whole_corpus_reference(corpora: Path, tmp_path: Path):
     """The partitioned dedup inside clean, on Tatoeba eng-cmn (which repeats some pairs), in
     4 shards: the rejected ids are those of the whole-corpus reference (the first row by id of
