@@ -178,10 +178,15 @@ _HASH_MULT = np.uint64(0x9E3779B97F4A7C15)
 # Hash load factors: lower is faster (fewer second probes) and larger. Training's table can
 # hold millions of pairs, the pruned scoring table is smaller and read far more often.
 _TRAIN_LOAD = 0.5
-#: co-occurrences of one EM part (a task per iteration): its table positions, 4 bytes each,
-#: are found once and kept on disk; it holds about 100 bytes a co-occurrence of one block of
-#: ``chunk_cooc`` in memory, plus the table and its counts
-_PART_COOC = 8_000_000
+#: co-occurrences of one EM part at most (a task per iteration): its table positions, 4 bytes
+#: each, are found once and kept on disk; it holds about 100 bytes a co-occurrence of one block
+#: of ``chunk_cooc`` in memory, plus the table and its counts. A part costs more than its
+#: co-occurrences: it reads the table and writes a count for every word pair, which the main
+#: process reads back. Measured (training on 63k and 79k pairs of bench_clean's corpus, 39M
+#: and 47M co-occurrences, 2 workers, medians of 3-4 alternations): parts of 8M (5 and 6 of
+#: them) 6.75 and 7.33 s, of 20M (2 and 4) 5.64 and 6.32 s, of 40M (2 and 2) 5.70 and 5.97 s;
+#: 8M in multiples of 4 (8 parts) 7.12 and 8.35 s
+_PART_COOC = 32_000_000
 #: co-occurrences an EM task (and scoring) works on at a time (about 100 bytes each in
 #: temporaries)
 _EM_BLOCK_COOC = 262_144
@@ -862,12 +867,20 @@ def _e_step(task: _EPart) -> str:
     return str(out)
 
 
+#: EM's parts come in multiples of this many: 2 workers end each round together
+_PART_MULTIPLE = 2
+
+
 def _em_parts(src: _Ragged, tgt: _Ragged, budget: int) -> list[tuple[int, int]]:
-    """Ranges of pairs with about ``budget`` co-occurrences each: a function of the data
-    alone, so the model is the same bits for any number of workers."""
+    """Ranges of pairs with at most about ``budget`` co-occurrences each, a multiple of
+    ``_PART_MULTIPLE`` of them: a function of the data alone, so the model is the same bits
+    for any number of workers. Why the multiple: 5 parts a round on 2 workers left one idle
+    for most of a part each round (0.3-0.5 s of the 1.0-1.4 s rounds at 100k pairs); why
+    large parts: ``_PART_COOC``."""
     cost = np.cumsum(src.lengths * tgt.lengths)
     total = int(cost[-1]) if cost.size else 0
     parts = max(1, -(-total // budget))
+    parts = -(-parts // _PART_MULTIPLE) * _PART_MULTIPLE
     cuts = np.searchsorted(cost, np.arange(1, parts) * (total / parts), side="right")
     bounds = np.unique(np.r_[0, cuts, cost.size])
     return [(int(a), int(b)) for a, b in itertools.pairwise(bounds) if b > a]
