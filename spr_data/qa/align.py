@@ -383,6 +383,13 @@ def _word_codes(texts: pa.Array, *, max_tokens: int, stem: int) -> tuple[pa.Arra
     return words, codes, toks.lengths
 
 
+def _word_frame(words: pa.Array, codes: I32) -> pl.DataFrame:
+    """Each of ``words`` with how often ``codes`` name it (columns ``token``, ``count``). A
+    stem may stand for several words here: :func:`_merge_counts` adds them up."""
+    return pl.DataFrame({"token": pl.Series(values=words),
+                         "count": np.bincount(codes, minlength=len(words)).astype(np.int64)})
+
+
 def _encode(texts: pa.Array, vocab: Vocabulary, max_tokens: int, stem: int) -> _Ragged:
     parts_ids: list[I32] = []
     parts_len: list[I64] = []
@@ -1547,9 +1554,7 @@ def word_counts(texts: pa.Array, *, max_tokens: int = 64, stem: int = 0) -> pl.D
     for start in range(0, len(texts), _TEXT_ROWS):
         words, codes, _ = _word_codes(texts.slice(start, _TEXT_ROWS), max_tokens=max_tokens,
                                       stem=stem)
-        frames.append(pl.DataFrame({"token": pl.Series(values=words),
-                                    "count": np.bincount(codes, minlength=len(words))
-                                    .astype(np.int64)}))
+        frames.append(_word_frame(words, codes))
     if not frames:
         return pl.DataFrame({"token": pl.Series([], dtype=pl.String),
                              "count": pl.Series([], dtype=pl.Int64)})
@@ -1614,9 +1619,7 @@ def _vocab_and_ids(texts: pa.Array, options: AlignerOptions) -> tuple[Vocabulary
         words, local, row_lengths = _word_codes(texts.slice(start, _TEXT_ROWS),
                                                 max_tokens=options.max_train_tokens,
                                                 stem=options.stem_chars)
-        counts = np.bincount(local, minlength=len(words)).astype(np.int64)
-        # a stem may stand for several words here: the vocabulary's counts add them up
-        frames.append(pl.DataFrame({"token": pl.Series(values=words), "count": counts}))
+        frames.append(_word_frame(words, local))
         slices.append((words, local))
         lengths.append(row_lengths)
     if not frames:

@@ -61,7 +61,7 @@ def content_hashes(columns: list[pa.Array]) -> np.ndarray:
         row = keyed.copy()
         row.update(data[start:stop])
         digests += row.digest()
-    return np.frombuffer(bytes(digests), dtype="<u8").astype(np.uint64)
+    return np.frombuffer(digests, dtype="<u8").astype(np.uint64)
 
 
 def duplicate_ids(hashes: np.ndarray, ids: np.ndarray) -> np.ndarray:
