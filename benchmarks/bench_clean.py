@@ -275,6 +275,8 @@ def main() -> None:
     recipes = {name: RECIPES[name] for name in args.recipes.split(",")}
     args.corpora = corpora_dir(args.corpora)
 
+    if args.workdir:
+        Path(args.workdir).mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="spr-bench-clean-", dir=args.workdir))
     try:
         pairs = build_corpus(args.corpora, args.pairs, args.seed)
