@@ -7,7 +7,8 @@ The corpora are ``tests/junk.CORPORA`` (the quality tests': Tatoeba eng–cmn an
 Multi30k en–de, the OpenNMT WMT en–de sample) with their recipes from ``data_manifests/``, and
 Multi30k en–cs and en–fr with the default recipe (no recipe of their own, and never tuned on;
 their wrong-language junk is German NTREX). Mixes are those of ``tests/test_clean_quality.py``
-(seed 13, at most 8,000 rows a mix; the corpus alone up to 30,000). ``--align`` lines are
+(seed 13, at most 8,000 rows a mix, ``--junk-rows``; the corpus alone up to 30,000; ``--corpus``
+picks some). ``--align`` lines are
 added to each recipe's ``[align]`` table. About a minute a setting on 2 cores. Prints one line
 per corpus and level, then the means over the 24 corpus-levels: real pairs rejected under junk
 (the WMT sample aside: its own rows hold junk) and with none, and the recall of the kinds
@@ -75,18 +76,25 @@ def main() -> None:
     parser.add_argument("--rules", action="append", default=[],
                         help='a line for [rules], e.g. "length_ratio_z = 4.0" (repeatable)')
     parser.add_argument("--json", type=Path, default=None, help="also write every figure here")
+    parser.add_argument("--junk-rows", type=int, default=8000,
+                        help="rows of a mix with junk, at most (default 8,000, the quality "
+                             "tests'; more than one slice of clean's tests what depends on it)")
+    parser.add_argument("--corpus", action="append", default=[],
+                        help="only this corpus (its name as printed; repeatable)")
     args = parser.parse_args()
     corpora = corpora_dir(args.corpora)
     work = Path(tempfile.mkdtemp(prefix="spr-quality-sweep-"))
     rows: list[dict[str, Any]] = []
     try:
         for name, langs, corpus, foreign, japanese in jobs(corpora):
+            if args.corpus and name not in args.corpus:
+                continue
             recipe = work / f"{langs}.toml"
             recipe.write_text(recipe_text(langs, args.align, args.rules), encoding="utf-8")
             for level in LEVELS:
                 quality = run_quality(corpus, langs, foreign, work / f"{langs}-{level}",
                                       level=level, japanese=japanese, seed=13, recipe=recipe,
-                                      max_rows=30000 if level == 0 else 8000)
+                                      max_rows=30000 if level == 0 else args.junk_rows)
                 row = {"corpus": name, "level": level, "real_rejected": quality.real_rejected,
                        "recall": quality.recall, "real_by_reason": dict(quality.real_by_reason)}
                 rows.append(row)
@@ -101,6 +109,8 @@ def main() -> None:
     junk = [r for r in rows if r["level"] > 0]
     real = [r["real_rejected"] for r in junk if r["corpus"] != NOISY]
     alone = [r["real_rejected"] for r in rows if r["level"] == 0 and r["corpus"] != NOISY]
+    if not (junk and real and alone):  # --corpus named only the WMT sample, or nothing known
+        return
     means = " ".join(f"{k} {sum(r['recall'][k] for r in junk) / len(junk):.3f}"
                      for k in ALIGN_KINDS)
     settings = ", ".join(args.align + args.rules) or "the recipes"
