@@ -83,10 +83,14 @@ def main() -> None:
                         help="only this corpus (its name as printed; repeatable)")
     args = parser.parse_args()
     corpora = corpora_dir(args.corpora)
+    todo = jobs(corpora)
+    unknown = set(args.corpus) - {job[0] for job in todo}
+    if unknown:
+        parser.error(f"unknown --corpus {sorted(unknown)}; known: {[job[0] for job in todo]}")
     work = Path(tempfile.mkdtemp(prefix="spr-quality-sweep-"))
     rows: list[dict[str, Any]] = []
     try:
-        for name, langs, corpus, foreign, japanese in jobs(corpora):
+        for name, langs, corpus, foreign, japanese in todo:
             if args.corpus and name not in args.corpus:
                 continue
             recipe = work / f"{langs}.toml"
@@ -106,6 +110,8 @@ def main() -> None:
                 shutil.rmtree(work / f"{langs}-{level}", ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1), encoding="utf-8")
     junk = [r for r in rows if r["level"] > 0]
     real = [r["real_rejected"] for r in junk if r["corpus"] != NOISY]
     alone = [r["real_rejected"] for r in rows if r["level"] == 0 and r["corpus"] != NOISY]
@@ -117,8 +123,6 @@ def main() -> None:
     print(f"means over {len(rows)} corpus-levels ({settings}): "
           f"real rejected {sum(real) / len(real):.2%} under junk (worst {max(real):.2%}), "
           f"{sum(alone) / len(alone):.2%} with none; {means}")
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1), encoding="utf-8")
 
 
 if __name__ == "__main__":
