@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import gzip
+import signal
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+import spr_data.pipeline.clean as clean_module
 import spr_data.pipeline.tokenize as tokenize_module
 from spr_data import ingest, open_dataset
 from spr_data.errors import SprDataError
@@ -27,7 +30,9 @@ from spr_data.manifest import MANIFEST_NAME
 from spr_data.outdir import REJECTS_DIR
 from spr_data.pipeline.clean import clean
 from spr_data.pipeline.executor import Executor, LocalExecutor
+from spr_data.pipeline.runner import Unit, read_unit
 from spr_data.pipeline.tokenize import tokenize
+from spr_data.pipeline.units import unit_rows
 from spr_data.qa.dedup import DedupStage, duplicate_ids, too_many_targets_ids
 from spr_data.qa.stage import stage_of
 from spr_data.qa.stages import build_stages
@@ -286,3 +291,79 @@ def test_the_largest_units_are_handed_out_first(eng_ben: Path, tmp_path: Path):
     assert len(names) == len(sizes)
     for name in names:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+@pytest.mark.parametrize("rows", [8_193, 29_000, 100_000, 300_000, 1_000_000, 5_000_000])
+def test_an_input_is_cut_into_an_even_number_of_equal_units(rows: int):
+    """2 workers end a step together: at 100k rows the units were 65,536 and 34,464 rows,
+    and one worker idled through a third of the score and decide steps. Units stay small
+    enough to bound a worker's memory (at most 131,072 rows) and a function of the input
+    size alone (the same output for any number of workers)."""
+    size = unit_rows(rows)
+    units = -(-rows // size)
+    assert units % 2 == 0
+    assert size <= 1 << 17
+    assert rows - (units - 1) * size >= size - units  # the last unit is about as large
+
+
+@pytest.mark.parametrize("rows", [0, 1, 500, 8_192])
+def test_a_small_input_is_one_unit(rows: int):
+    assert unit_rows(rows) >= max(rows, 1)
+
+
+def test_a_single_shard_corpus_is_cleaned_in_two_equal_shards(corpora: Path, tmp_path: Path):
+    """Multi30k en-de (29,000 pairs) ingested as one shard: two units of 14,500 rows, each
+    its kept and rejected shard."""
+    base = corpora / "parallel/multi30k"
+    for lang in ("en", "de"):
+        (tmp_path / f"c.{lang}").write_bytes(gzip.decompress(
+            (base / f"train.{lang}.gz").read_bytes()))
+    ingest([tmp_path / "c.en", tmp_path / "c.de"], tmp_path / "ds")
+    assert len(open_dataset(tmp_path / "ds").manifest.shards) == 1
+    recipe = tmp_path / "rules.toml"
+    recipe.write_text('stages = ["normalize", "rules"]\n', encoding="utf-8")
+    clean(tmp_path / "ds", tmp_path / "out", recipe=recipe, workers=2)
+    kept = open_dataset(tmp_path / "out").manifest.shards
+    rejected = open_dataset(tmp_path / "out" / REJECTS_DIR).manifest.shards
+    assert [k.rows + r.rows for k, r in zip(kept, rejected, strict=True)] == [14_500] * 2
+
+
+def _sleep_then_touch(task: tuple[float, str]) -> str:
+    seconds, path = task
+    time.sleep(seconds)
+    Path(path).touch()
+    return path
+
+
+def test_idle_workers_are_stopped_at_once_and_a_running_task_is_waited_for(tmp_path: Path):
+    """Releasing the workers (before EM, at the end of a run) stops idle ones with SIGTERM
+    instead of waiting 0.1-0.2 s each for them to tear their interpreter down; a task of a
+    map its caller stopped reading still runs to its end."""
+    with LocalExecutor(2) as executor:
+        done = dict(executor.map(_sleep_then_touch, [(0.0, str(tmp_path / f"{i}"))
+                                                     for i in range(4)]))
+        assert len(done) == 4
+        processes = list(executor._pool._processes.values())  # type: ignore[union-attr]
+        executor.release()
+        assert [p.exitcode for p in processes] == [-signal.SIGTERM] * 2
+        slow = tmp_path / "slow"
+        tasks = executor.map(_sleep_then_touch, [(0.0, str(tmp_path / "fast")),
+                                                 (1.0, str(slow))])
+        next(tasks)  # the caller reads one result and stops; the other task runs on
+        processes = list(executor._pool._processes.values())  # type: ignore[union-attr]
+        executor.release()
+        assert slow.exists()
+        assert [p.exitcode for p in processes] == [0, 0]
+
+
+def test_a_unit_is_read_in_slices_of_equal_size(eng_ben: Path, monkeypatch: pytest.MonkeyPatch):
+    """The rules fit the length ratio on each slice they judge: a unit of 1,000 rows read by
+    at most 300 is four slices of 250, not three of 300 and one of 100 (at the real size, a
+    unit of 50,000 rows left a last slice of 1,848)."""
+    monkeypatch.setattr(clean_module, "_SLICE_ROWS", 300)
+    shard = open_dataset(eng_ben).manifest.shards[0]
+    unit = Unit(0, str(eng_ben / shard.file), 0, 1000, shard.hash)
+    slices = list(clean_module._unit_slices(unit))
+    assert [s.num_rows for s in slices] == [250] * 4
+    ids = pa.concat_arrays([s.column("id") for s in slices]).to_numpy()
+    assert np.array_equal(ids, read_unit(unit).column("id").to_numpy())

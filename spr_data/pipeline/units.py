@@ -30,11 +30,25 @@ _MAX_UNIT_ROWS = 1 << 17
 OUTPUTS = "outputs"
 
 
+#: units come in multiples of this many, of equal size: a single-shard input of 100k rows was
+#: one unit of 65,536 and one of 34,464, and one of 2 workers idled through a third of each
+#: step that reads every row (score, decide); a 30k one was one unit, one worker
+_UNIT_MULTIPLE = 2
+#: an input this small is one unit (a shard of a few hundred rows helps no one)
+_ONE_UNIT_ROWS = 1 << 13
+
+
 def unit_rows(rows: int) -> int:
     """Rows per unit of work (and per output shard): a function of the input size alone, so
     the output is the same for any number of workers; small enough to bound each worker's
-    memory and to spread a corpus over at least ~16 tasks."""
-    return int(min(max(-(-rows // 16), _MIN_UNIT_ROWS), _MAX_UNIT_ROWS))
+    memory and to spread a corpus over at least ~16 tasks, and even, so that 2 workers end
+    a step together (``_UNIT_MULTIPLE``)."""
+    if rows <= _ONE_UNIT_ROWS:
+        return max(rows, 1)
+    most = min(max(-(-rows // 16), _MIN_UNIT_ROWS), _MAX_UNIT_ROWS)
+    units = -(-max(rows, 1) // most)
+    units = -(-units // _UNIT_MULTIPLE) * _UNIT_MULTIPLE
+    return max(1, -(-rows // units))
 
 
 def _marker(work: Path, index: int) -> Path:
