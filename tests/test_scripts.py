@@ -33,6 +33,7 @@ from spr_data.qa.scripts import (
     profile,
     script_ranges,
     scripts_of,
+    visible_counts,
 )
 
 FIELDS = ("chars", "letters", "digits", "spaces", "punct", "symbols", "other", "cjk", "words",
@@ -266,6 +267,37 @@ def test_a_batch_profiled_in_runs_of_rows_counts_as_in_one_pass(corpora: Path,
         runs = profile(arr)
         for field in (*FIELDS, "script_letters"):
             assert np.array_equal(getattr(runs, field), getattr(whole, field)), (limit, field)
+
+
+@given(texts=st.lists(st.one_of(st.none(), TEXT), max_size=12), data=st.data())
+def test_visible_counts_are_the_profile_s(texts: list[str | None], data: st.DataObject):
+    """What a length reads (the align stage's length fit), counted alone: the profile's
+    non-space characters and CJK letters, on slices and nulls too."""
+    arr = pa.array(texts, pa.string())
+    lo = data.draw(st.integers(0, len(texts)))
+    hi = data.draw(st.integers(lo, len(texts)))
+    part = arr.slice(lo, hi - lo)
+    visible, cjk = visible_counts(part)
+    prof = profile(part)
+    assert np.array_equal(visible, prof.chars - prof.spaces)
+    assert np.array_equal(cjk, prof.cjk)
+
+
+def test_visible_counts_in_runs_of_rows_are_those_of_one_pass(corpora: Path,
+                                                              monkeypatch: pytest.MonkeyPatch):
+    import spr_data.qa.scripts as scripts
+
+    lines: list[str | None] = []
+    for _, path in ntrex_files(corpora)[::4]:
+        lines += read_lines(path)[:300]
+    lines[::97] = [None] * len(lines[::97])
+    arr = pa.chunked_array([pa.array(lines, pa.string()).slice(5)])
+    prof = profile(arr)
+    for limit in (1, 1000, 65_536):
+        monkeypatch.setattr(scripts, "_PROFILE_BYTES", limit)
+        visible, cjk = visible_counts(arr)
+        assert np.array_equal(visible, prof.chars - prof.spaces), limit
+        assert np.array_equal(cjk, prof.cjk), limit
 
 
 def test_null_slots_that_own_bytes_count_as_empty():

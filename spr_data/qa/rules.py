@@ -24,6 +24,7 @@ from spr_data.qa.scripts import (
     profile,
     rows_containing,
     utf8_bytes,
+    visible_counts,
 )
 from spr_data.qa.stage import StageOutput
 from spr_data.recipe import RulesConfig, SideRules
@@ -334,11 +335,11 @@ class LengthRatioFit:
 
 def _length_units(texts: pa.Array, lang: str, prof: TextProfile | None = None) -> np.ndarray:
     """Each text's length in Latin-letter units: visible characters, a CJK letter weighing
-    more."""
-    prof = profile(texts) if prof is None else prof
+    more (from ``prof``, or counted alone)."""
+    visible, cjk = (visible_counts(texts) if prof is None
+                    else (prof.chars - prof.spaces, prof.cjk))
     weight = _CHAR_WEIGHT.get(lang, 1.0)
-    units: np.ndarray = np.asarray((prof.chars - prof.spaces - prof.cjk) + prof.cjk * weight,
-                                   dtype=np.float64)
+    units: np.ndarray = np.asarray((visible - cjk) + cjk * weight, dtype=np.float64)
     return units
 
 

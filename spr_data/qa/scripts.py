@@ -64,6 +64,7 @@ __all__ = [
     "script_ranges",
     "scripts_of",
     "utf8_bytes",
+    "visible_counts",
 ]
 
 IntArray = npt.NDArray[np.int64]
@@ -432,6 +433,29 @@ def profile(texts: pa.Array | pa.ChunkedArray) -> TextProfile:
     parts = [_profile(arr.slice(lo, hi - lo)) for lo, hi in itertools.pairwise(bounds.tolist())]
     return TextProfile(*(np.concatenate([getattr(part, f.name) for part in parts])
                          for f in dataclasses.fields(TextProfile)))
+
+
+def visible_counts(texts: pa.Array | pa.ChunkedArray) -> tuple[IntArray, IntArray]:
+    """Per row, the code points that are not space (``chars - spaces`` of :func:`profile`)
+    and of them the CJK letters (``cjk``): what a length in characters reads, without the
+    rest of a profile (at 65,536 rows of two sentences, 0.06 s against 0.19 s)."""
+    arr = _string_array(texts)
+    n = len(arr)
+    visible = np.zeros(n, np.int64)
+    cjk = np.zeros(n, np.int64)
+    sizes = pc.binary_length(arr).to_numpy(zero_copy_only=False) if n else np.zeros(0)
+    ends = np.cumsum(sizes, dtype=np.int64)
+    lo = 0
+    while lo < n:  # runs of about _PROFILE_BYTES, as profile() reads them
+        hi = max(int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + _PROFILE_BYTES,
+                                     side="right")), lo + 1)
+        cps, counts = _decode(arr.slice(lo, hi - lo))
+        codes = _codes_of(cps)
+        row_of = np.repeat(np.arange(hi - lo, dtype=np.intp), counts)
+        visible[lo:hi] = counts - np.bincount(row_of[codes == _SPACE], minlength=hi - lo)
+        cjk[lo:hi] = np.bincount(row_of[codes < _N_CJK], minlength=hi - lo)
+        lo = hi
+    return visible, cjk
 
 
 def _profile(arr: pa.Array) -> TextProfile:
