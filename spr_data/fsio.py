@@ -55,11 +55,15 @@ def sha256_file(path: Path, *, uncached: bool = False) -> str:
     first drops the file's pages from the page cache, so the bytes come from the disk (or
     the server) again: how a checksum mismatch is re-read before it is called corruption."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    # one buffer, read into again and again: a fresh 8 MB ``bytes`` a chunk is a fresh
+    # mapping whose pages fault in, a third of the time of hashing a shard in a new worker
+    # (268 MB: 0.10-0.16 s, 0.08-0.09 s now)
+    buffer = memoryview(bytearray(_HASH_CHUNK))
+    with open(path, "rb", buffering=0) as f:
         if uncached:
             drop_cache(f.fileno())
-        while chunk := f.read(_HASH_CHUNK):
-            digest.update(chunk)
+        while size := f.readinto(buffer):
+            digest.update(buffer[:size])
     return "sha256:" + digest.hexdigest()
 
 

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 
 from spr_data.arrays import joined
@@ -784,6 +783,7 @@ def _training_pairs(context: CombineContext, limit: int, seed: int, *, sized: bo
     With ``sized`` (the sample will be cut to :func:`_smallest_sample`), also the sample's
     word counts per side, counted by the same tasks when it holds more than the smallest
     sample (else empty: nothing is cut)."""
+    import polars as pl  # here: the score step's workers import this module, not polars
     units = range(len(context.scored))
     counts = dict(context.map(_sample_task, [_SampleTask(context, u, -1.0, seed)
                                              for u in units]))
@@ -800,9 +800,9 @@ def _training_pairs(context: CombineContext, limit: int, seed: int, *, sized: bo
             pass
         # EM's tasks come next: on fresh workers, not on those that read every unit (at 1M
         # pairs they kept about 50 MB each more through EM, heap given back or not), started
-        # now: their imports overlap this process' reading the sample and building the
-        # vocabularies
-        context.release_workers(start=("spr_data.qa.align",))
+        # now: their imports (polars too, which the calibration's scoring tokenizes with)
+        # overlap this process' reading the sample and building the vocabularies
+        context.release_workers(start=("spr_data.qa.align", "polars"))
         for task in tasks:  # in unit order
             with pa.memory_map(task.path) as source:
                 picked = pa.ipc.open_file(source).read_all()
