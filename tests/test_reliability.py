@@ -158,6 +158,40 @@ def test_ctrl_c_while_workers_start_reaches_only_the_parent(tmp_path: Path, atte
     assert done.stderr.strip().splitlines() == ["interrupted"]
 
 
+def test_a_ctrl_c_while_a_worker_is_started_waits_until_it_is_started():
+    """The pool starts a worker inside ``submit`` and then sends it what it needs to start.
+    A Ctrl-C that another thread of the parent takes (pyarrow's, the progress bar's) made
+    Python raise KeyboardInterrupt in the middle of that, and the half-started worker
+    printed an ``EOFError`` traceback under the one-line message. It is raised once the
+    worker has what it needs."""
+    from spr_data.pipeline.executor import _submit
+
+    go, signalled = threading.Event(), threading.Event()
+
+    def ctrl_c_on_another_thread() -> None:  # started before SIGINT is blocked, as they are
+        go.wait(10)
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+        signalled.set()
+
+    sent: list[str] = []
+
+    class Pool:
+        def submit(self, fn: object, *task: object) -> str:
+            go.set()
+            signalled.wait(10)
+            time.sleep(0.05)  # lines run here: where the KeyboardInterrupt used to land
+            sent.append("everything the worker needs")
+            return "a future"
+
+    sender = threading.Thread(target=ctrl_c_on_another_thread)
+    sender.start()
+    with pytest.raises(KeyboardInterrupt):
+        _submit(Pool(), print)  # type: ignore[arg-type]
+    sender.join()
+    assert sent == ["everything the worker needs"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 @pytest.mark.parametrize("trigger", ["typer", "pyarrow"])
 def test_ctrl_c_during_the_imports_is_one_line(tmp_path: Path, trigger: str):
     """The command's first second is imports: typer's (before any command runs), then the

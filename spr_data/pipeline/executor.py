@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import AbstractContextManager, nullcontext
@@ -216,15 +217,32 @@ class LocalExecutor:
 
 def _submit(pool: ProcessPoolExecutor, fn: Callable[..., R], *task: object) -> Future[R]:
     """``pool.submit`` with SIGINT blocked in this thread: ``submit`` is where the pool starts
-    its processes, and a process inherits the signal mask of the thread that started it. A
-    Ctrl-C meanwhile is delivered to this process when the mask is restored."""
+    its processes, and a process inherits the signal mask of the thread that started it.
+
+    A Ctrl-C meanwhile waits until ``submit`` returns. The mask alone does not make it wait:
+    another thread of this process (pyarrow's, the progress bar's) takes the signal, and
+    Python raises KeyboardInterrupt in the main thread at its next line, in the middle of
+    sending a new worker what it needs to start; that worker then printed a traceback
+    (``EOFError`` in ``spawn_main``). So the handler is held too, and called on return."""
     if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - not POSIX
         return pool.submit(fn, *task)
+    held: list[int] = []
+    # a handler can be set, and put back, from the main thread only (and not one set in C)
+    handler = (signal.getsignal(signal.SIGINT)
+               if threading.current_thread() is threading.main_thread() else None)
+    if handler is not None:
+        signal.signal(signal.SIGINT, lambda sig, _: held.append(sig))
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         return pool.submit(fn, *task)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        if handler is not None:
+            signal.signal(signal.SIGINT, handler)
+            if held and callable(handler):
+                handler(signal.SIGINT, None)  # Python's default raises KeyboardInterrupt
+            elif held and handler == signal.SIG_DFL:
+                signal.raise_signal(signal.SIGINT)
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
