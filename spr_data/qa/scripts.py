@@ -451,9 +451,13 @@ def visible_counts(texts: pa.Array | pa.ChunkedArray) -> tuple[IntArray, IntArra
                                      side="right")), lo + 1)
         cps, counts = _decode(arr.slice(lo, hi - lo))
         codes = _codes_of(cps)
-        row_of = np.repeat(np.arange(hi - lo, dtype=np.intp), counts)
-        visible[lo:hi] = counts - np.bincount(row_of[codes == _SPACE], minlength=hi - lo)
-        cjk[lo:hi] = np.bincount(row_of[codes < _N_CJK], minlength=hi - lo)
+        # each space's and CJK letter's row by search, not a row number per code point
+        # (8 bytes each, fresh pages: half the time of a first call)
+        row_end = np.cumsum(counts)
+        for out, hits in ((visible, codes == _SPACE), (cjk, codes < _N_CJK)):
+            rows = np.searchsorted(row_end, np.flatnonzero(hits), side="right")
+            out[lo:hi] = np.bincount(rows, minlength=hi - lo)
+        visible[lo:hi] = counts - visible[lo:hi]
         lo = hi
     return visible, cjk
 
