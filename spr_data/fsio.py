@@ -56,8 +56,8 @@ def sha256_file(path: Path, *, uncached: bool = False) -> str:
     the server) again: how a checksum mismatch is re-read before it is called corruption."""
     digest = hashlib.sha256()
     # one buffer, read into again and again: a fresh 8 MB ``bytes`` a chunk is a fresh
-    # mapping whose pages fault in, a third of the time of hashing a shard in a new worker
-    # (268 MB: 0.10-0.16 s, 0.08-0.09 s now)
+    # mapping whose pages fault in (268 MB hashed in a new process: 0.10-0.16 s that way,
+    # 0.08-0.09 s now)
     buffer = memoryview(bytearray(_HASH_CHUNK))
     with open(path, "rb", buffering=0) as f:
         if uncached:

@@ -45,7 +45,7 @@ from spr_data.manifest import ShardInfo
 from spr_data.outdir import REJECTS_DIR, temp_tag
 from spr_data.pipeline.executor import Executor, LocalExecutor
 from spr_data.pipeline.runner import ShardRun, Unit, open_input, read_unit
-from spr_data.pipeline.units import finished_unit, mark_unit_finished
+from spr_data.pipeline.units import equal_parts, finished_unit, mark_unit_finished
 from spr_data.qa.align_stage import ALIGN_SCORE, P_TRANSLATION, SCORE_HISTOGRAM_EDGES
 from spr_data.qa.quarantine import read_quarantine
 from spr_data.qa.stage import CorpusStage, Stage, stage_of, unit_ids
@@ -251,7 +251,7 @@ def _unit_slices(unit: Unit) -> Iterator[pa.RecordBatch]:
     touched leave memory with it (one map for the unit would keep every page of the unit's
     rows). Equal, because the rules fit the length ratio per slice: a unit of 50,000 rows
     cut by 16,384 left a last slice of 1,848 to fit on."""
-    size = -(-unit.length // max(1, -(-unit.length // _SLICE_ROWS))) if unit.length else 1
+    size = equal_parts(unit.length, _SLICE_ROWS)
     for lo in range(0, max(unit.length, 1), size):
         part = replace(unit, offset=unit.offset + lo, length=min(size, unit.length - lo))
         table = read_unit(part)

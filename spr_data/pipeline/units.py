@@ -17,7 +17,7 @@ from typing import Any
 
 from spr_data.fsio import atomic_write_bytes
 
-__all__ = ["finished_unit", "mark_unit_finished", "unit_rows"]
+__all__ = ["equal_parts", "finished_unit", "mark_unit_finished", "unit_rows"]
 
 _MIN_UNIT_ROWS = 1 << 16
 #: at most: a worker's decide step holds a unit's kept rows as one record batch (one shard),
@@ -46,9 +46,16 @@ def unit_rows(rows: int) -> int:
     if rows <= _ONE_UNIT_ROWS:
         return max(rows, 1)
     most = min(max(-(-rows // 16), _MIN_UNIT_ROWS), _MAX_UNIT_ROWS)
-    units = -(-max(rows, 1) // most)
-    units = -(-units // _UNIT_MULTIPLE) * _UNIT_MULTIPLE
-    return max(1, -(-rows // units))
+    return equal_parts(rows, most, multiple=_UNIT_MULTIPLE)
+
+
+def equal_parts(rows: int, most: int, *, multiple: int = 1) -> int:
+    """The size of the fewest parts of about equal size (a multiple of ``multiple`` of them;
+    the last shorter by fewer rows than there are parts) that cut ``rows`` into parts of
+    at most ``most``: units of work here, a unit's slices in ``clean``."""
+    parts = -(-max(rows, 1) // most)
+    parts = -(-parts // multiple) * multiple
+    return max(1, -(-rows // parts))
 
 
 def _marker(work: Path, index: int) -> Path:
