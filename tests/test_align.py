@@ -287,6 +287,47 @@ def test_non_string_input_is_refused():
 # Model 1 itself
 
 
+def test_the_first_rounds_counts_are_model_1s_from_a_uniform_table():
+    """EM's first round does not read its table: from a uniform one, each target word's mass
+    is split evenly over the pair's source words and NULL, each source word's over the target
+    words and NULL. The counts it adds are those of that definition, written as loops here."""
+    rng = np.random.default_rng(5)
+    pairs = [(rng.integers(0, 6, rng.integers(1, 5)), rng.integers(0, 7, rng.integers(1, 6)))
+             for _ in range(60)]
+    src_size, tgt_size = 6, 7
+    ref_fe: dict[tuple[int, int], float] = {}
+    ref_ef: dict[tuple[int, int], float] = {}
+    ref_null_f, ref_null_e = np.zeros(tgt_size), np.zeros(src_size)
+    for s, t in pairs:
+        for e in s:
+            for f in t:
+                ref_fe[e, f] = ref_fe.get((e, f), 0.0) + 1 / (len(s) + 1)
+                ref_ef[e, f] = ref_ef.get((e, f), 0.0) + 1 / (len(t) + 1)
+        for f in t:
+            ref_null_f[f] += 1 / (len(s) + 1)
+        for e in s:
+            ref_null_e[e] += 1 / (len(t) + 1)
+
+    def ragged(sides: list[np.ndarray]) -> Any:
+        offsets = np.cumsum([0, *(len(x) for x in sides)]).astype(np.int64)
+        return align_module._Ragged(offsets, np.concatenate(sides).astype(np.int32))
+
+    src, tgt = ragged([s for s, _ in pairs]), ragged([t for _, t in pairs])
+    keys = np.array(sorted(e * tgt_size + f for e, f in ref_fe), np.uint32)
+    index = PackedHash(keys, np.arange(keys.size, dtype=np.uint32), absent=keys.size, load=0.5)
+    counts = np.zeros(keys.size + 1, np.complex128)
+    null_f, null_e = np.zeros(tgt_size), np.zeros(src_size)
+    for block in align_module._blocks(src, tgt, tgt_size, budget=50):  # several blocks
+        align_module._uniform_counts(block, index.find(block.keys).astype(np.intp), counts,
+                                     null_f, null_e)
+    at = {(int(k) // tgt_size, int(k) % tgt_size): i for i, k in enumerate(keys)}
+    np.testing.assert_allclose([counts.real[at[k]] for k in ref_fe], list(ref_fe.values()))
+    np.testing.assert_allclose([counts.imag[at[k]] for k in ref_ef], list(ref_ef.values()))
+    np.testing.assert_allclose(null_f, ref_null_f)
+    np.testing.assert_allclose(null_e, ref_null_e)
+    assert counts[-1] == 0  # every word pair is in the table
+
+
 def test_em_learns_word_translations():
     # the textbook example: only co-occurrence statistics tell "das" = "the"
     src = pa.array(["das haus", "das buch", "ein buch", "das haus ist klein"] * 3)
