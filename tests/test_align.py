@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import spr_data.qa.align as align_module
-from spr_data.errors import InputError
+from spr_data.errors import InputError, SprDataError
 from spr_data.pipeline.executor import LocalExecutor
 from spr_data.qa.align import (
     EMPTY_SCORE,
@@ -285,6 +285,33 @@ def test_non_string_input_is_refused():
 
 # ---------------------------------------------------------------------------------------------
 # Model 1 itself
+
+
+def test_the_parts_counts_are_summed_in_chunks_to_the_same_bits(tmp_path: Path):
+    """The driver adds each part's counts file a chunk of word pairs at a time (it never
+    holds a whole part beside the totals); the totals are the bits of adding whole arrays in
+    part order. A file of the wrong size is an error, not a short sum."""
+    rng = np.random.default_rng(3)
+    n_keys, tgt_size, src_size = 1_001, 40, 30
+    parts = [(rng.random(n_keys) + 1j * rng.random(n_keys), rng.random(tgt_size),
+              rng.random(src_size)) for _ in range(3)]
+    sums = [np.zeros(n_keys), np.zeros(n_keys), np.zeros(tgt_size), np.zeros(src_size)]
+    for i, (counts, null_f, null_e) in enumerate(parts):
+        path = tmp_path / f"part-{i}.bin"
+        with open(path, "wb") as f:
+            for values in (counts, null_f, null_e):
+                values.tofile(f)
+        align_module._add_part(path, *sums, chunk=64)  # 1,001 = 15 chunks of 64 and one of 41
+    whole = [sum((p[0].real for p in parts), np.zeros(n_keys)),
+             sum((p[0].imag for p in parts), np.zeros(n_keys)),
+             sum((p[1] for p in parts), np.zeros(tgt_size)),
+             sum((p[2] for p in parts), np.zeros(src_size))]
+    for got, want in zip(sums, whole, strict=True):
+        assert got.tobytes() == want.tobytes()
+    short = tmp_path / "short.bin"
+    short.write_bytes((tmp_path / "part-0.bin").read_bytes()[:-8])
+    with pytest.raises(SprDataError, match=r"short\.bin holds 16,568 bytes, not 16,576"):
+        align_module._add_part(short, *sums, chunk=64)
 
 
 def test_the_first_rounds_counts_are_model_1s_from_a_uniform_table():

@@ -33,6 +33,7 @@ from spr_data.pipeline.executor import Executor, LocalExecutor
 from spr_data.pipeline.runner import Unit, read_unit
 from spr_data.pipeline.tokenize import tokenize
 from spr_data.pipeline.units import unit_rows
+from spr_data.qa import langid, lid_model
 from spr_data.qa.dedup import DedupStage, duplicate_ids, too_many_targets_ids
 from spr_data.qa.stage import stage_of
 from spr_data.qa.stages import build_stages
@@ -107,9 +108,6 @@ class _Context:
 
     def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[tuple[int, R]]:
         return self.executor.map(fn, tasks)
-
-    def release_workers(self, start: Sequence[str] = ()) -> None:
-        pass
 
     def rejected_before(self, unit: int) -> tuple[pa.Table, np.ndarray]:
         raise AssertionError("dedup needs no earlier decisions")
@@ -240,29 +238,6 @@ def test_accounting_is_read_from_the_written_files(eng_ben: Path, corpora: Path,
     assert not list(out.glob("shard-*"))  # nothing where a reader would take it for rows
 
 
-def _in_worker(module: str) -> tuple[int, bool]:
-    import os
-    import sys
-
-    return os.getpid(), module in sys.modules
-
-
-def test_workers_started_ahead_run_the_next_tasks_with_their_modules_imported():
-    """``warm`` starts the workers and returns at once (their imports overlap the caller's
-    work); the next map runs on those processes, the modules named already imported."""
-    module = "wave"  # a module nothing else here imports
-    with LocalExecutor(2) as executor:
-        executor.warm([module])
-        started = {p.pid for p in executor._pool._processes.values()}  # type: ignore[union-attr]
-        assert len(started) == 2
-        seen = dict(executor.map(_in_worker, [module] * 6)).values()
-        assert {pid for pid, _ in seen} <= started
-        assert all(imported for _, imported in seen)
-        executor.release()
-        seen = dict(executor.map(_in_worker, [module] * 4)).values()
-        assert not any(imported for _, imported in seen)  # not warmed: not imported
-
-
 def test_the_largest_units_are_handed_out_first(eng_ben: Path, tmp_path: Path):
     """Units go to the workers largest first, not in file order, where a short unit met
     early can leave one worker finishing a whole unit last while the others idle; the
@@ -336,7 +311,7 @@ def _sleep_then_touch(task: tuple[float, str]) -> str:
 
 
 def test_idle_workers_are_stopped_at_once_and_a_running_task_is_waited_for(tmp_path: Path):
-    """Releasing the workers (before EM, at the end of a run) stops idle ones with SIGTERM
+    """Releasing the workers (at the end of a run) stops idle ones with SIGTERM
     instead of waiting 0.1-0.2 s each for them to tear their interpreter down; a task of a
     map its caller stopped reading still runs to its end."""
     with LocalExecutor(2) as executor:
@@ -354,6 +329,28 @@ def test_idle_workers_are_stopped_at_once_and_a_running_task_is_waited_for(tmp_p
         executor.release()
         assert slow.exists()
         assert [p.exitcode for p in processes] == [0, 0]
+
+
+def test_the_score_steps_models_are_let_go_when_the_combine_step_starts(
+        eng_ben: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Workers go on from the score step to EM and the decide step (fresh processes cost 8%
+    of a 100k-pair run, their start-up in the driver's busiest stretch); the language-id
+    models they loaded (about 45 MB each) are let go of at the first combine task, not held
+    through EM. One worker: every task runs in this process, where the caches can be read."""
+    langid._model.cache_clear()
+    lid_model.batch_model.cache_clear()
+    loaded_at_release: list[int] = []
+    release = clean_module._release_row_stages
+
+    def recording(stages: Sequence[Any]) -> None:
+        loaded_at_release.append(lid_model.batch_model.cache_info().currsize)
+        release(stages)
+
+    monkeypatch.setattr(clean_module, "_release_row_stages", recording)
+    clean(eng_ben, tmp_path / "out", workers=1)  # the default recipe: langid, then align
+    assert loaded_at_release[0] == 1  # the score step loaded them...
+    assert lid_model.batch_model.cache_info().currsize == 0  # ...and nothing after it again
+    assert langid._model.cache_info().currsize == 0
 
 
 def test_a_unit_is_read_in_slices_of_equal_size(eng_ben: Path, monkeypatch: pytest.MonkeyPatch):

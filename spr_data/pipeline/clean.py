@@ -43,7 +43,7 @@ from spr_data.fsio import (
 from spr_data.heap import release_heap
 from spr_data.manifest import ShardInfo
 from spr_data.outdir import REJECTS_DIR, temp_tag
-from spr_data.pipeline.executor import Executor, LocalExecutor
+from spr_data.pipeline.executor import Executor
 from spr_data.pipeline.runner import ShardRun, Unit, open_input, read_unit
 from spr_data.pipeline.units import equal_parts, finished_unit, mark_unit_finished
 from spr_data.qa.align_stage import ALIGN_SCORE, P_TRANSLATION, SCORE_HISTOGRAM_EDGES
@@ -350,13 +350,8 @@ class _Combine:
             raise SprDataError("the combine step has no executor")
         return self.executor.map(fn, tasks)
 
-    def release_workers(self, start: Sequence[str] = ()) -> None:
-        if isinstance(self.executor, LocalExecutor):
-            self.executor.release()
-            if start:
-                self.executor.warm(start)
-
     def rejected_before(self, unit: int) -> tuple[pa.Table, np.ndarray]:
+        _release_row_stages(self.before)  # a combine task: this worker's score step is over
         table = _read_table(self.scored[unit])
         found = _unpack_reasons(table.column(_PASS1_REASONS))
         rejected = np.zeros(table.num_rows, dtype=bool)
@@ -372,6 +367,16 @@ class _Combine:
 
     def __getstate__(self) -> dict[str, Any]:  # to a process apart: without the executor
         return {**self.__dict__, "executor": None}
+
+
+def _release_row_stages(stages: Sequence[Stage]) -> None:
+    """Let go of what the row stages loaded for the score step (``release``, where a stage
+    has it: language id's models, about 45 MB a worker), so that a worker kept for the
+    combine and decide steps does not hold it through them."""
+    for stage in stages:
+        release = getattr(stage, "release", None)
+        if not isinstance(stage, CorpusStage) and callable(release):
+            release()
 
 
 def _combine(run: ShardRun, stages: list[Stage], position: int,
@@ -390,11 +395,10 @@ def _combine(run: ShardRun, stages: list[Stage], position: int,
         partials=[_partial_path(run.work, stage.name, u.index) for u in run.units],
         before=tuple(stages[:position]), states=dict(states),
         workers=run.executor.workers, executor=run.executor)
-    # the workers are kept from step to step (their tasks give their heap back as they end):
-    # the next step does not wait for new ones to start (about 0.7 s of imports each, and
-    # the alignment model loaded); a stage restarts them where their memory matters (the
-    # align stage, before EM). The heap a heavy combine grew here is not kept through the
-    # decide step.
+    # the workers are kept from step to step (their tasks give their heap back as they end,
+    # and the first combine task the score step's models): the next step does not wait for
+    # new ones to start (about 0.5 s of start-up and imports each). The heap a heavy combine
+    # grew here is not kept through the decide step.
     state = stage.combine(context)
     if getattr(stage, "heavy_combine", False):
         release_heap()

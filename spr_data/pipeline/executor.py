@@ -8,7 +8,6 @@ that outgrow one machine.
 from __future__ import annotations
 
 import ctypes
-import importlib
 import multiprocessing
 import os
 import signal
@@ -54,18 +53,12 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _start_worker(parent: int, modules: tuple[str, ...]) -> None:
-    """Worker initializer: :func:`die_with_parent`, then import ``modules`` (what the tasks
-    to come need: a worker started ahead of them spends its start-up while the parent works)
-    and what pyarrow imports on first use."""
+def _start_worker(parent: int) -> None:
+    """Worker initializer: :func:`die_with_parent`, then what pyarrow imports on first use
+    (in each worker's start-up, not in its first task)."""
     die_with_parent(parent)
-    for name in modules:
-        importlib.import_module(name)
     pyarrow_first_use()
 
-
-def _ready() -> None:
-    """The task that starts a worker process (see :meth:`LocalExecutor.warm`)."""
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -163,22 +156,12 @@ class LocalExecutor:
         self._pending.clear()
         pool.shutdown(wait=True, cancel_futures=True)
 
-    def warm(self, modules: Sequence[str] = ()) -> None:
-        """Start the worker processes now, each importing ``modules``, and return at once:
-        they start up (about 0.7 s of imports each) while this process goes on to work of
-        its own before the next ``map``. Nothing with one worker, or with workers running."""
-        if self.workers == 1 or self._pool is not None:
-            return
-        pool = self._started(tuple(modules))
-        for _ in range(self.workers):  # a process per task while none is idle
-            _submit(pool, _ready)
-
-    def _started(self, modules: tuple[str, ...]) -> ProcessPoolExecutor:
+    def _started(self) -> ProcessPoolExecutor:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(max_workers=self.workers,
                                              mp_context=multiprocessing.get_context("spawn"),
                                              initializer=_start_worker,
-                                             initargs=(os.getpid(), modules))
+                                             initargs=(os.getpid(),))
         return self._pool
 
     def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[tuple[int, R]]:
@@ -186,7 +169,7 @@ class LocalExecutor:
             for i, task in enumerate(tasks):
                 yield i, fn(task)
             return
-        pool = self._started(())
+        pool = self._started()
         pending: dict[Future[R], int] = {}
         queue = iter(enumerate(tasks))
 

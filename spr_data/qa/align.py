@@ -109,7 +109,7 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from spr_data.arrays import joined
-from spr_data.errors import InputError
+from spr_data.errors import InputError, SprDataError
 from spr_data.fsio import atomic_write_bytes
 from spr_data.heap import release_heap
 
@@ -878,11 +878,11 @@ def _e_step(task: _EPart) -> str:
         (write if index is not None else read).close()
     if index is not None:
         positions.with_name(positions.name + ".tmp").replace(positions)
-    out = folder / f"counts-{task.iteration}-{task.index:05d}.npy"
+    out = folder / f"counts-{task.iteration}-{task.index:05d}.bin"
     tmp = out.with_name(out.name + ".tmp")
-    with open(tmp, "wb") as f:  # three arrays one after the other (.npy, no zip to checksum)
-        for values in (counts, cnt_null_f, cnt_null_e):  # counts whole: one contiguous write
-            np.save(f, values, allow_pickle=False)
+    with open(tmp, "wb") as f:  # raw, one array after the other: read back by _add_part
+        for values in (counts, cnt_null_f, cnt_null_e):
+            values.tofile(f)
     tmp.replace(out)
     del counts, src, tgt
     release_heap()  # what this part grew goes back before the worker's next task
@@ -976,13 +976,8 @@ def _em(pairs: list[_Ragged], keys: U32, src_size: int, tgt_size: int,
             cnt_null_f = np.zeros(tgt_size)
             cnt_null_e = np.zeros(src_size)
             for part in range(len(parts)):  # in part order: the same sums for any workers
-                with open(done[part], "rb") as f:
-                    both = np.load(f, allow_pickle=False)
-                    counts_fe += both.real
-                    counts_ef += both.imag
-                    del both
-                    for total in (cnt_null_f, cnt_null_e):
-                        total += np.load(f, allow_pickle=False)
+                _add_part(Path(done[part]), counts_fe, counts_ef, cnt_null_f, cnt_null_e,
+                          step)
                 Path(done[part]).unlink()
             (folder / f"table-{iteration}.npy").unlink(missing_ok=True)
             # M-step in fixed chunks of keys: bounded temporaries
@@ -1018,10 +1013,33 @@ def _em(pairs: list[_Ragged], keys: U32, src_size: int, tgt_size: int,
                                                norm_f[k % tgt_size])
             null_f = _safe_div(cnt_null_f, np.full(tgt_size, cnt_null_f.sum()))
             null_e = _safe_div(cnt_null_e, np.full(src_size, cnt_null_e.sum()))
+            # the round's counts go before the next round's tasks run: the workers' peak is
+            # then, and this process holds the table and the keys alone through it
+            del counts_fe, counts_ef
+            release_heap()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return (table.real[:-1].astype(np.float32), table.imag[:-1].astype(np.float32),
             null_f.astype(np.float32), null_e.astype(np.float32))
+
+
+def _add_part(path: Path, counts_fe: F64, counts_ef: F64, cnt_null_f: F64, cnt_null_e: F64,
+              chunk: int) -> None:
+    """Add a part's counts, as :func:`_e_step` wrote them, to the totals, ``chunk`` word pairs
+    at a time: the driver holds the totals and a chunk, not a whole part's counts beside them
+    (16 bytes a word pair: 64 MB at the 4M-entry table's limit). Each total is the same sum
+    in the same order as adding whole arrays."""
+    expected = 16 * counts_fe.size + 8 * (cnt_null_f.size + cnt_null_e.size)
+    if path.stat().st_size != expected:
+        raise SprDataError(f"EM counts {path} holds {path.stat().st_size:,} bytes, not "
+                           f"{expected:,}")
+    with open(path, "rb") as f:
+        for lo in range(0, counts_fe.size, chunk):
+            both = np.fromfile(f, np.complex128, count=min(chunk, counts_fe.size - lo))
+            counts_fe[lo:lo + both.size] += both.real
+            counts_ef[lo:lo + both.size] += both.imag
+        for total in (cnt_null_f, cnt_null_e):
+            total += np.fromfile(f, np.float64, count=total.size)
 
 
 def _relaxed(em: F64, before: NDArray[np.float32], relax: float) -> F64:

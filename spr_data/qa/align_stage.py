@@ -739,6 +739,8 @@ def _sample_task(task: _SampleTask) -> int:
                                               for w in words]))})
         _write_arrow(_words_path(task.path), counted)
     _write_arrow(Path(task.path), picked)
+    del table, picked
+    release_heap()  # this worker goes on to EM's parts
     return int(positions.size)
 
 
@@ -798,11 +800,6 @@ def _training_pairs(context: CombineContext, limit: int, seed: int, *, sized: bo
     try:
         for _ in context.map(_sample_task, tasks):
             pass
-        # EM's tasks come next: on fresh workers, not on those that read every unit (at 1M
-        # pairs they kept about 50 MB each more through EM, heap given back or not), started
-        # now: their imports (polars too, which the calibration's scoring tokenizes with)
-        # overlap this process' reading the sample and building the vocabularies
-        context.release_workers(start=("spr_data.qa.align", "polars"))
         for task in tasks:  # in unit order
             with pa.memory_map(task.path) as source:
                 picked = pa.ipc.open_file(source).read_all()

@@ -312,6 +312,12 @@ class LangIdStage:
         _model()
         batch_model(model_path())
 
+    def release(self) -> None:
+        """Forget the models (about 45 MB a process, loaded again when next asked for): the
+        worker that held them goes on to steps that do not use them."""
+        _model.cache_clear()
+        batch_model.cache_clear()
+
     def apply(self, batch: pa.RecordBatch, rejected: np.ndarray | None = None) -> StageOutput:
         """Language id on the rows an earlier stage has not ``rejected`` (the runner passes
         them): fastText, the costly part of cleaning, skips the rest."""

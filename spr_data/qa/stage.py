@@ -77,7 +77,9 @@ class RowStage(Protocol):
         ...
 
     def setup(self) -> None:
-        """Once per worker before the first batch: load what is costly to load."""
+        """Once per worker before the first batch: load what is costly to load. A stage that
+        loads much may also have ``release()``: called in each worker when its score step is
+        over (the worker goes on to the combine and decide steps), to let go of it."""
         ...
 
     def apply(self, batch: Batch, rejected: np.ndarray | None = None) -> StageOutput:
@@ -104,12 +106,6 @@ class CombineContext(Protocol):
 
     def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[tuple[int, R]]:
         """Run ``fn`` (module-level) over ``tasks`` on the executor."""
-        ...
-
-    def release_workers(self, start: Sequence[str] = ()) -> None:
-        """Stop the executor's idle local worker processes (the next tasks start fresh ones):
-        after tasks that grew them, before tasks that need the memory. With ``start`` (the
-        modules the next tasks import), fresh ones start now, while this process works."""
         ...
 
     def rejected_before(self, unit: int) -> tuple[pa.Table, np.ndarray]:
