@@ -287,6 +287,35 @@ def test_non_string_input_is_refused():
 # Model 1 itself
 
 
+@pytest.mark.parametrize(("max_entries", "budget"), [(10**6, 10**6), (10**6, 50), (300, 50),
+                                                     (40, 30)])
+def test_the_table_keeps_the_word_pairs_that_co_occur_most(max_entries: int, budget: int):
+    """The table's word pairs are every pair that co-occurs, or, past ``max_entries``, those
+    co-occurring at least ``c`` times, ``c`` the smallest count that fits; counted by ranges
+    of source words (many here: the small budgets) to the same keys as counting all at once."""
+    rng = np.random.default_rng(7)
+    src_size, tgt_size = 50, 60
+    pairs = [(rng.zipf(1.5, rng.integers(1, 8)) % src_size,
+              rng.zipf(1.5, rng.integers(1, 8)) % tgt_size) for _ in range(400)]
+    seen: dict[int, int] = {}
+    for s, t in pairs:
+        for e in s:
+            for f in t:
+                seen[int(e) * tgt_size + int(f)] = seen.get(int(e) * tgt_size + int(f), 0) + 1
+    floor = next(c for c in range(1, max(seen.values()) + 2)
+                 if sum(n >= c for n in seen.values()) <= max_entries)
+    want = sorted(k for k, n in seen.items() if n >= floor)
+
+    def ragged(sides: list[np.ndarray]) -> Any:
+        offsets = np.cumsum([0, *(len(x) for x in sides)]).astype(np.int64)
+        return align_module._Ragged(offsets, np.concatenate(sides).astype(np.int32))
+
+    got = align_module._table_keys(ragged([s for s, _ in pairs]), ragged([t for _, t in pairs]),
+                                   src_size, tgt_size, max_entries=max_entries, budget=budget)
+    assert got.tolist() == want
+    assert (floor > 1) == (max_entries < len(seen))
+
+
 def test_the_parts_counts_are_summed_in_chunks_to_the_same_bits(tmp_path: Path):
     """The driver adds each part's counts file a chunk of word pairs at a time (it never
     holds a whole part beside the totals); the totals are the bits of adding whole arrays in
