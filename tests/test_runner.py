@@ -335,8 +335,8 @@ def test_the_score_steps_models_are_let_go_when_the_combine_step_starts(
         eng_ben: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Workers go on from the score step to EM and the decide step (fresh processes cost 8%
     of a 100k-pair run, their start-up in the driver's busiest stretch); the language-id
-    models they loaded (about 45 MB each) are let go of at the first combine task, not held
-    through EM. One worker: every task runs in this process, where the caches can be read."""
+    models they loaded are let go of at the first combine task, not held through EM. One
+    worker: every task runs in this process, where the caches can be read."""
     langid._model.cache_clear()
     lid_model.batch_model.cache_clear()
     loaded_at_release: list[int] = []

@@ -371,8 +371,9 @@ class _Combine:
 
 def _release_row_stages(stages: Sequence[Stage]) -> None:
     """Let go of what the row stages loaded for the score step (``release``, where a stage
-    has it: language id's models, about 45 MB a worker), so that a worker kept for the
-    combine and decide steps does not hold it through them."""
+    has it: language id's models), so that a worker kept for the combine and decide steps
+    does not hold it through them. Called by every combine task that reads a unit: after the
+    first, a stage has nothing left to let go of."""
     for stage in stages:
         release = getattr(stage, "release", None)
         if not isinstance(stage, CorpusStage) and callable(release):

@@ -1030,9 +1030,9 @@ def _add_part(path: Path, counts_fe: F64, counts_ef: F64, cnt_null_f: F64, cnt_n
     (16 bytes a word pair: 64 MB at the 4M-entry table's limit). Each total is the same sum
     in the same order as adding whole arrays."""
     expected = 16 * counts_fe.size + 8 * (cnt_null_f.size + cnt_null_e.size)
-    if path.stat().st_size != expected:
-        raise SprDataError(f"EM counts {path} holds {path.stat().st_size:,} bytes, not "
-                           f"{expected:,}")
+    size = path.stat().st_size
+    if size != expected:
+        raise SprDataError(f"EM counts {path} holds {size:,} bytes, not {expected:,}")
     with open(path, "rb") as f:
         for lo in range(0, counts_fe.size, chunk):
             both = np.fromfile(f, np.complex128, count=min(chunk, counts_fe.size - lo))
