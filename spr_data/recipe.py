@@ -204,6 +204,9 @@ class AlignConfig:
     #: in scoring, a word's log-link weighs log(1 + pairs/count)^idf_power: frequent words
     #: find a partner in any sentence, rare ones only in a translation; 0: all alike
     idf_power: float = _key(0.25, 0.0, 4.0, high_open=True, why="0 weighs every word alike")
+    #: EM by agreement: both directions learn from the links both of them believe, so a rare
+    #: word of a junk pair does not take a whole sentence (false: each direction alone)
+    agreement: bool = True
     #: the worse direction's weight in align_score, the better one's 1 - worse_weight (0.5:
     #: both directions alike; 1.0: the worse alone decides)
     worse_weight: float = _key(0.5, 0.5, 1.0, why="0.5 weighs both directions alike")

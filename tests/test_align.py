@@ -181,15 +181,23 @@ def test_a_word_seen_in_one_pair_explains_no_more_than_its_share(trained, traine
     with_cap, without = _recall_with_and_without_cap(trained)
     assert np.mean(with_cap) >= np.mean(without) + 0.005, (with_cap, without)
     assert with_cap[0] >= without[0] + 0.03, (with_cap, without)  # Tatoeba eng-cmn
-    model, *_ = trained["tatoeba-eng-cmn"]
-    # a sentence of common characters against a word the model cannot know: each character's
-    # best link is that word, but it may serve only a few of them
+    # a sentence of common characters against a word the model cannot know: trained each
+    # direction alone, each character's best link is that word, but it may serve only a few
+    model = LexicalAligner.train(*trained["tatoeba-eng-cmn"][1:3],
+                                 AlignerOptions("en", "zh", agreement=False))
     src, tgt = pa.array(["He saluted the lady."]), pa.array(["今天没有昨天潮湿。"])
     capped = model.score_directions(src, tgt)[0][0]
     uncapped = _scored_as(model, fertility=0.0).score_directions(src, tgt)[0][0]
     assert capped < uncapped - 0.1  # the cap binds: several characters take a weaker link
     np.testing.assert_allclose(model.score(src, tgt), reference_scores(model, src, tgt),
                                rtol=1e-5, atol=1e-5)
+    # trained by agreement (the default), the rare word never took the characters: no
+    # character links to it above the floor, capped or not
+    agreed, *_ = trained["tatoeba-eng-cmn"]
+    floor = float(np.log(agreed.options.floor))
+    for scored in (agreed, _scored_as(agreed, fertility=0.0)):
+        assert scored.score_directions(src, tgt)[0][0] == pytest.approx(floor, abs=1e-5)
+    assert floor < capped - 0.5
 
 
 def test_opennmt_line3_is_misaligned_and_scores_low(trained):
@@ -565,13 +573,14 @@ def test_identity_links_merge_into_a_models_keys_as_a_union():
 def test_relaxed_em_gets_in_3_rounds_nearer_convergence_than_plain_em(ben):
     """Over-relaxed EM (the default) moves each step past plain EM's: after 3 rounds its
     scores are nearer those of plain EM run to convergence (20 rounds) than plain EM's own
-    after 3, and each t(.|e) is still a distribution."""
+    after 3, and each t(.|e) is still a distribution (by agreement too)."""
     src, tgt = ben
-    converged = LexicalAligner.train(src, tgt, AlignerOptions("en", "bn", iterations=20,
-                                                              relaxation=1.0)).score(src, tgt)
+    alone = {"agreement": False}  # each direction its own EM: the likelihood both climb
+    converged = LexicalAligner.train(src, tgt, AlignerOptions(
+        "en", "bn", iterations=20, relaxation=1.0, **alone)).score(src, tgt)
     plain = LexicalAligner.train(src, tgt, AlignerOptions("en", "bn", iterations=3,
-                                                          relaxation=1.0))
-    relaxed = LexicalAligner.train(src, tgt, AlignerOptions("en", "bn", iterations=3))
+                                                          relaxation=1.0, **alone))
+    relaxed = LexicalAligner.train(src, tgt, AlignerOptions("en", "bn", iterations=3, **alone))
     assert relaxed.options.relaxation == 2.0
     gap_plain = np.mean(np.abs(plain.score(src, tgt) - converged))
     gap_relaxed = np.mean(np.abs(relaxed.score(src, tgt) - converged))
@@ -589,23 +598,27 @@ def test_relaxed_em_gets_in_3_rounds_nearer_convergence_than_plain_em(ben):
 
 
 def test_a_model_saved_before_the_newer_options_keeps_its_hash_and_scores(ben, tmp_path: Path):
-    """Models saved before ``relaxation``, ``fertility``, ``idf_power``, ``worse_weight`` and
-    ``punct_weight`` existed have no such options: they load as plain EM scored by plain best
+    """Models saved before ``relaxation``, ``fertility``, ``idf_power``, ``worse_weight``,
+    ``punct_weight``, ``stem_chars`` and ``agreement`` existed have no such options: they load
+    as plain EM (each direction alone, whole words) scored by plain best
     links, the worse direction alone deciding, with their stored hash (each option is left out
     of the hashed JSON, and the word counts out of the arrays, at the value that means "as
     before")."""
     src, tgt = ben
     model = LexicalAligner.train(src, tgt, AlignerOptions("en", "bn", iterations=2,
                                                           relaxation=1.0, fertility=0.0,
-                                                          idf_power=0.0, worse_weight=1.0))
-    for option in ("relaxation", "fertility", "idf_power", "worse_weight", "punct_weight"):
+                                                          idf_power=0.0, worse_weight=1.0,
+                                                          stem_chars=0, agreement=False))
+    for option in ("relaxation", "fertility", "idf_power", "worse_weight", "punct_weight",
+                   "stem_chars", "agreement"):
         assert option not in model.options.to_json()
     assert "src_counts" not in model._arrays()
     model.save(tmp_path / "m.npz")
     loaded = LexicalAligner.load(tmp_path / "m.npz", expected_hash=model.content_hash)
     assert (loaded.options.relaxation, loaded.options.fertility, loaded.options.idf_power,
-            loaded.options.worse_weight, loaded.options.punct_weight) == (1.0, 0.0, 0.0, 1.0,
-                                                                           0.0)
+            loaded.options.worse_weight, loaded.options.punct_weight,
+            loaded.options.stem_chars, loaded.options.agreement) == (1.0, 0.0, 0.0, 1.0, 0.0,
+                                                                      0, False)
     np.testing.assert_array_equal(loaded.score(src, tgt), model.score(src, tgt))
     fwd, bwd = model.score_directions(src, tgt)
     scored = model.scores(src, tgt)
@@ -617,7 +630,7 @@ def test_a_model_saved_before_the_newer_options_keeps_its_hash_and_scores(ben, t
                   <= np.minimum(fwd, bwd)[np.isfinite(scored.score)] + 1e-6)
     new = AlignerOptions("en", "bn").to_json()
     assert '"relaxation":2.0' in new and '"fertility":1.5' in new and '"idf_power":0.25' in new
-    assert '"worse_weight":0.5' in new
+    assert '"worse_weight":0.5' in new and '"agreement":true' in new
     weighted = LexicalAligner.train(src, tgt, AlignerOptions("en", "bn", iterations=2))
     weighted.save(tmp_path / "w.npz")
     again = LexicalAligner.load(tmp_path / "w.npz", expected_hash=weighted.content_hash)

@@ -192,6 +192,7 @@ class AlignStage:
         options = AlignerOptions(src_lang=self.src_lang, tgt_lang=self.tgt_lang,
                                  iterations=cfg.iterations, relaxation=cfg.relaxation,
                                  fertility=cfg.fertility, idf_power=cfg.idf_power,
+                                 agreement=cfg.agreement,
                                  worse_weight=cfg.worse_weight, stem_chars=cfg.stem_chars,
                                  max_train_pairs=max(cfg.max_train_pairs, len(training[0])),
                                  seed=cfg.seed)
