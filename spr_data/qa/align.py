@@ -1806,7 +1806,8 @@ def row_hash(keys: NDArray[Any], seed: int, salt: int = 0) -> F64:
 
 
 def synthetic_negatives(src: pa.Array | pa.ChunkedArray, tgt: pa.Array | pa.ChunkedArray, *,
-                        share: float, seed: int, keys: NDArray[Any] | None = None) -> Negatives:
+                        share: float, seed: int, keys: NDArray[Any] | None = None,
+                        kinds: Sequence[str] = NEGATIVE_KINDS) -> Negatives:
     """Negatives made from the pairs themselves: about ``share`` of the rows for each kind.
 
     Why these: they are negatives whatever the corpus holds (a pair re-paired with another's
@@ -1822,7 +1823,8 @@ def synthetic_negatives(src: pa.Array | pa.ChunkedArray, tgt: pa.Array | pa.Chun
 
     Every draw is made by :func:`row_hash` of the row's key (``keys``: the row ids; default
     the positions) and ``seed``: a row added or removed changes the negatives made from it
-    and its neighbours only.
+    and its neighbours only. ``kinds`` makes some of the kinds only, from the same rows as when
+    all are made (and ``drawn`` holds only their rows).
     """
     n = len(src)
     if n != len(tgt):
@@ -1832,9 +1834,13 @@ def synthetic_negatives(src: pa.Array | pa.ChunkedArray, tgt: pa.Array | pa.Chun
     if keys.size != n:
         raise InputError(f"negatives need a key per pair, found {keys.size} for {n} pairs")
     kinds_n = len(NEGATIVE_KINDS)
+    unknown = set(kinds) - set(NEGATIVE_KINDS)
+    if unknown:
+        raise InputError(f"unknown negative kinds {sorted(unknown)}; known: {NEGATIVE_KINDS}")
     k = min(n // kinds_n, max(1, round(share * n))) if n >= 2 * kinds_n else 0
     # the rows of lowest hash, in blocks of k: kind 0 first
     blocks = np.argsort(row_hash(keys, seed), kind="stable")[:kinds_n * k].reshape(kinds_n, k)
+    made_kinds = [NEGATIVE_KINDS.index(name) for name in kinds]
     # a re-paired row's partner: the next row in the order of target length (ties by another
     # hash order): a target of about the same length, as the junk that reaches this stage has
     # passed the length-ratio rule, and as a length-based sentence aligner pairs lines. Random
@@ -1852,13 +1858,15 @@ def synthetic_negatives(src: pa.Array | pa.ChunkedArray, tgt: pa.Array | pa.Chun
     fraction = _CUT_RANGE[0] + (_CUT_RANGE[1] - _CUT_RANGE[0]) * row_hash(keys, seed, 2)
     # as Python strings: only the rows a negative reads (the blocks and their partners), not
     # every pair (at 65,536 pairs this function took 0.157 s that way, 0.111 s now)
-    read = np.unique(np.concatenate([blocks.reshape(-1), partner_of[blocks[0]],
+    read = np.unique(np.concatenate([blocks[made_kinds].reshape(-1), partner_of[blocks[0]],
                                      (blocks[1] + 1) % n])) if k else np.zeros(0, np.int64)
     taken = pa.array(read)
     src_of = dict(zip(read.tolist(), _as_array(src).take(taken).to_pylist(), strict=True))
     tgt_of = dict(zip(read.tolist(), _as_array(tgt).take(taken).to_pylist(), strict=True))
     made: list[tuple[str, str, int, int]] = []
     for kind, block in enumerate(blocks.tolist()):
+        if kind not in made_kinds:
+            continue
         for a in sorted(block):
             s, t = src_of[a] or "", tgt_of[a] or ""
             if kind in (0, 1):
@@ -1874,7 +1882,7 @@ def synthetic_negatives(src: pa.Array | pa.ChunkedArray, tgt: pa.Array | pa.Chun
                      pa.array([m[1] for m in made], pa.large_string()),
                      np.asarray([m[2] for m in made], dtype=np.int8),
                      np.asarray([m[3] for m in made], dtype=np.int64),
-                     np.sort(blocks.reshape(-1)).astype(np.int64))
+                     np.sort(blocks[made_kinds].reshape(-1)).astype(np.int64))
 
 
 #: the ridge on :func:`punct_weight`'s logistic coefficients (the data's weight is 1 in all):

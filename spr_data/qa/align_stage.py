@@ -120,10 +120,11 @@ class AlignStage:
         (measured on Tatoeba eng–ben with 25% re-paired junk: median -3.2 for the junk it
         saw, -6.2 for the same junk unseen). So there are two calibrations:
 
-        * *seen* (rows the model was trained on): negatives take the place of the rows they
-          are made from in training, as junk takes the place of a pair in a corpus — its
-          source then appears nowhere else, its target once more — and are scored with the
-          corpus' rows;
+        * *seen* (rows the model was trained on): re-paired and shifted negatives take the
+          place of the rows they are made from in training, as junk takes the place of a pair
+          in a corpus — its source then appears nowhere else, its target once more — and are
+          scored with the corpus' rows (no cut-side kinds: they calibrate nothing, and the
+          rows they held out were decided as unseen, worse: README, *Quality on real pairs*);
         * *unseen* (the rows they replaced, and every row beyond ``max_train_pairs``): the
           replaced rows are a random sample of the corpus the model never saw; negatives made
           from them, also unseen, calibrate the threshold for such rows.
@@ -158,7 +159,10 @@ class AlignStage:
         n = len(src)
         share = max(cfg.negatives_share,
                     min(_MIN_NEGATIVES_PER_KIND / n, 0.1))  # at most 40% of the rows drawn
-        seen_neg = synthetic_negatives(src, tgt, share=share, seed=cfg.seed, keys=ids)
+        # only negatives of two whole sentences take their rows' places in training (see
+        # _PAIR_KINDS): a cut side's would hold its row out of training and calibrate nothing
+        seen_neg = synthetic_negatives(src, tgt, share=share, seed=cfg.seed, keys=ids,
+                                       kinds=[NEGATIVE_KINDS[i] for i in _PAIR_KINDS])
         held = seen_neg.drawn
         in_train = np.ones(n, bool)
         in_train[held] = False
