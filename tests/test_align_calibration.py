@@ -559,6 +559,18 @@ def test_a_corpus_too_small_for_negatives_needs_a_threshold_set_by_hand(tmp_path
     assert json.loads((report.out / "report.json").read_text())["align"]["negatives_rejected"] == 0
 
 
+def test_a_corpus_of_a_few_dozen_pairs_is_calibrated_with_a_warning(corpora: Path,
+                                                                    tmp_path: Path):
+    # enough rows for the trained rows' negatives, too few held out for their own: the stage
+    # keeps those rows (a model that never saw them has no threshold for them), and says so
+    ds = dataset_of(multi30k_pairs(corpora, 30), tmp_path / "small")
+    report = clean(ds, tmp_path / "small/out", workers=1)
+    assert report.align is not None and report.align["method"] == "calibrated"
+    assert report.align["threshold_unseen"] == float("-inf")
+    assert any("too few rows were held out" in w for w in report.align["warnings"])
+    assert report.rows_kept + report.rows_rejected == 30
+
+
 def test_a_model_from_an_earlier_run_is_reused_not_retrained(corpora: Path, tmp_path: Path):
     """``align.model``: the model a clean of one dirty corpus wrote scores another corpus of
     the same language pair (other pairs, another junk share); its thresholds are calibrated

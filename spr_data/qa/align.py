@@ -1756,8 +1756,8 @@ class Negatives:
     kinds: NDArray[np.int8]
     #: per pair, the row it was made from (whose source it keeps, or whose side it cuts)
     rows: I64
-    #: every row drawn to make a negative (those whose negative was left out included);
-    #: the blocks of the kinds are disjoint
+    #: every row drawn to make a negative of the kinds asked for (``kinds=``; those whose
+    #: negative was left out included); the blocks of the kinds are disjoint
     drawn: I64
 
     def only(self, keep: NDArray[np.bool_]) -> Negatives:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +158,7 @@ class AlignStage:
         del words
         n = len(src)
         share = max(cfg.negatives_share,
-                    min(_MIN_NEGATIVES_PER_KIND / n, 0.1))  # at most 40% of the rows drawn
+                    min(_MIN_NEGATIVES_PER_KIND / n, 0.1))  # two kinds: at most 20% of rows
         # only negatives of two whole sentences take their rows' places in training (see
         # _PAIR_KINDS): a cut side's would hold its row out of training and calibrate nothing
         seen_neg = synthetic_negatives(src, tgt, share=share, seed=cfg.seed, keys=ids,
@@ -267,13 +267,21 @@ class AlignStage:
                                    negatives_histogram=(0,) * (SCORE_EDGES.size - 1))
 
         score_seconds = time.perf_counter() - started
-        unseen = calibrated(calib_scores[~trained_scored], unseen_neg, unseen_scores)
+        warnings: list[str] = []
         if outside:
+            unseen = calibrated(calib_scores[~trained_scored], unseen_neg, unseen_scores)
             seen, seen_scores, seen_negatives = unseen, unseen_scores, unseen_neg
         else:
             seen = calibrated(calib_scores[trained_scored], seen_neg, seen_scores)
             seen_negatives = seen_neg
-        warnings: list[str] = []
+            if np.isin(unseen_neg.kinds, _PAIR_KINDS).any():
+                unseen = calibrated(calib_scores[~trained_scored], unseen_neg, unseen_scores)
+            else:  # a corpus of a few dozen pairs holds out too few rows to make them of:
+                # those rows are kept here (the trained rows' threshold would reject them for
+                # being unseen, not for being junk)
+                unseen = replace(seen, threshold=float("-inf"))
+                warnings.append("too few rows were held out of training to calibrate a "
+                                "threshold of their own; the align stage keeps them")
         thresholds = {"seen": seen.threshold, "unseen": unseen.threshold}
         if cfg.min_score is not None:
             method = "min_score"
@@ -324,7 +332,8 @@ class AlignStage:
                 "estimated_real_rejected": round(seen.real_rejected, 6),
                 # count: the negatives the threshold is calibrated on (_PAIR_KINDS: the
                 # histogram's), kinds: every one made, rejected_by_kind: each kind's share
-                # below the threshold (those with a cut side: what the score says of them)
+                # below the threshold (cut sides only where the model never saw the corpus,
+                # since only whole-sentence kinds are made of training rows: _PAIR_KINDS)
                 "negatives": {"count": int(np.count_nonzero(seen_pair)),
                               "kinds": seen_negatives.counts(),
                               "rejected_by_kind": {
