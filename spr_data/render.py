@@ -349,6 +349,8 @@ def show_clean(report: CleanReport, out: str | Path) -> None:
         console.out.print(f"alignment threshold {report.align['threshold']:.3f} "
                           f"(trained on {report.align['trained_on']:,} pairs); "
                           f"details in {join_location(str(out), 'report.json')}")
+        for warning in report.align.get("warnings") or []:
+            console.warn(f"align: {warning}")
 
 
 def show_tokenize(report: TokenizeReport, out: str | Path) -> None:

@@ -30,6 +30,7 @@ from spr_data.qa.align import (
     row_hash,
     synthetic_negatives,
 )
+from tests.conftest import run_cli
 
 Pair = tuple[str, str]
 
@@ -569,6 +570,36 @@ def test_a_corpus_of_a_few_dozen_pairs_is_calibrated_with_a_warning(corpora: Pat
     assert report.align["threshold_unseen"] == float("-inf")
     assert any("too few rows were held out" in w for w in report.align["warnings"])
     assert report.rows_kept + report.rows_rejected == 30
+    # the CLI says it on stderr, not only in report.json
+    shown = run_cli("clean", ds, "-o", tmp_path / "small/cli", "--workers", "1", "-q")
+    assert shown.exit_code == 0
+    assert "warning: align: too few rows were held out" in " ".join(shown.stderr.split())
+
+
+def test_a_model_too_weak_for_its_corpus_is_reported(corpora: Path, tmp_path: Path,
+                                                    runs: dict[str, object]):
+    """548 Tatoeba eng-tha pairs (Thai tokenized a letter at a time): the held-out rows look
+    far more misaligned than the trained ones, though both are random rows of one clean
+    corpus; the report says the decisions may take real pairs. On Multi30k with junk the
+    two estimates agree, and it does not."""
+    base = corpora / "parallel/tatoeba_laser"
+    en = (base / "tatoeba.tha-eng.eng").read_text(encoding="utf-8").splitlines()
+    th = (base / "tatoeba.tha-eng.tha").read_text(encoding="utf-8").splitlines()
+    root = tmp_path / "tha"
+    root.mkdir()
+    (root / "c.en").write_text("".join(x + "\n" for x in en), encoding="utf-8")
+    (root / "c.th").write_text("".join(x + "\n" for x in th), encoding="utf-8")
+    ingest([root / "c.en", root / "c.th"], root / "ds")
+    report = clean(root / "ds", root / "out", workers=1)
+    assert report.align is not None
+    gap = (report.align["estimated_misaligned_share_unseen"]
+           - report.align["estimated_misaligned_share_range"][1])
+    assert gap > 0.1
+    assert any("held out of training look" in w for w in report.align["warnings"])
+    for share in (0.25, 0.5):
+        _, _, dirty = runs[f"junk{share}"]  # type: ignore[misc]
+        assert isinstance(dirty, CleanReport) and dirty.align is not None
+        assert not any("held out of training look" in w for w in dirty.align["warnings"])
 
 
 def test_a_model_from_an_earlier_run_is_reused_not_retrained(corpora: Path, tmp_path: Path):

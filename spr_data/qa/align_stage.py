@@ -61,6 +61,11 @@ _SLICE_ROWS = 32768
 #: negatives of each kind at least (when the corpus has ten times as many rows): fewer make
 #: the threshold, a high quantile of them, a matter of a handful of pairs
 _MIN_NEGATIVES_PER_KIND = 200
+#: the most the held-out rows' estimated misaligned share may exceed the trained rows' before
+#: the report warns: 0.04 at most on the README's 24 corpus-levels; 0.14-0.33 on Tatoeba
+#: eng-kor, -jpn, -tam and -tha test sets of 300-1,000 pairs, which lost 6-20% of their real
+#: pairs to low_alignment
+_SEEN_UNSEEN_GAP = 0.1
 #: row_hash salt of the training sample (negatives use salts 0-2)
 _SAMPLE_SALT = 3
 #: the trained-on rows whose scores the seen calibration reads, at most (drawn by row id,
@@ -297,6 +302,15 @@ class AlignStage:
         else:
             method = "calibrated"
         threshold = thresholds["seen"]
+        if (not outside and unseen is not seen
+                and unseen.misaligned_share - seen.misaligned_share > _SEEN_UNSEEN_GAP):
+            warnings.append(
+                f"the rows held out of training look {unseen.misaligned_share:.0%} misaligned "
+                f"and the trained rows {seen.misaligned_share:.0%}: both are random rows of "
+                "one corpus, so the model tells rows it saw from rows it did not more than "
+                "translations from junk (too few pairs for this language pair); low_alignment "
+                "may take real pairs: read its examples in report.html, or train on "
+                "align.trusted or set align.min_score")
         if method == "calibrated" and seen.negatives_rejected < 0.5:
             warnings.append(f"the alignment model tells the corpus' pairs from negatives made "
                             f"of them poorly: a threshold that keeps the real pairs rejects "
