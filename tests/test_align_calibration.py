@@ -578,7 +578,7 @@ def test_a_corpus_of_a_few_dozen_pairs_is_calibrated_with_a_warning(corpora: Pat
 
 def test_a_model_too_weak_for_its_corpus_is_reported(corpora: Path, tmp_path: Path,
                                                     runs: dict[str, object]):
-    """548 Tatoeba eng-tha pairs (Thai tokenized a letter at a time): the held-out rows look
+    """548 Tatoeba eng-tha pairs (too few for a distant language pair): the held-out rows look
     far more misaligned than the trained ones, though both are random rows of one clean
     corpus; the report says the decisions may take real pairs. On Multi30k with junk the
     two estimates agree, and it does not."""
