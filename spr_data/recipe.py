@@ -147,8 +147,12 @@ class LangIdConfig:
     min_confidence: float = _key(0.5, 0.0, 1.0, why=_PROBABILITY)
     #: … and gives the expected language less than this (among its top 3 guesses)
     max_expected_p: float = _key(0.05, 0.0, 1.0, why=_PROBABILITY)
-    #: shorter segments are judged by their script instead (fastText guesses on them)
+    #: shorter segments are judged by their script instead (fastText guesses on them) …
     min_chars: int = _key(20, 0)
+    #: … but for those of ``short_chars`` or more, fastText decides where it is at least
+    #: ``short_min_confidence`` sure
+    short_chars: int = _key(10, 0)
+    short_min_confidence: float = _key(0.9, 0.0, 1.0, why=_PROBABILITY)
     #: decide by script evidence where it is reliable, at any length: kana on a Chinese side
     #: is Japanese, Hangul is Korean, 嘅/咗/佢 are Cantonese; a Japanese side without kana
     #: that fastText calls Chinese is Chinese
