@@ -8,6 +8,7 @@ Scores first (lengths, letter shares, runs), decisions second, one reason per fa
 from __future__ import annotations
 
 import math
+import unicodedata
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -133,16 +134,75 @@ def _mojibake_candidates(texts: pa.Array) -> np.ndarray:
 
 def mojibake_score(texts: pa.Array) -> np.ndarray:
     """Per row, how many UTF-8 sequences read as cp1252/Latin-1 it holds (a weak one counts
-    half), plus U+FFFD replacement characters: text that went through a wrong decoding."""
+    half), plus U+FFFD replacement characters: text that went through a wrong decoding. A
+    row that is wholly UTF-8 read as another Windows code page (Cyrillic, Arabic, Greek …)
+    scores 1 more."""
     out = np.zeros(len(texts), dtype=np.float64)
     rows = np.flatnonzero(_mojibake_candidates(texts))
-    if not len(rows):
-        return out
-    some = texts.take(pa.array(rows))
-    strong = _np(pc.count_substring_regex(some, _MOJIBAKE_STRONG).fill_null(0))
-    weak = _np(pc.count_substring_regex(some, _MOJIBAKE_WEAK).fill_null(0))
-    out[rows] = strong + 0.5 * weak
+    if len(rows):
+        some = texts.take(pa.array(rows))
+        strong = _np(pc.count_substring_regex(some, _MOJIBAKE_STRONG).fill_null(0))
+        weak = _np(pc.count_substring_regex(some, _MOJIBAKE_WEAK).fill_null(0))
+        out[rows] = strong + 0.5 * weak
+    out += _legacy_mojibake(texts)
     return out
+
+
+#: Windows code pages whose letters UTF-8 is often misread as (cp1252 above): Central
+#: European, Cyrillic, Greek, Turkish, Hebrew, Arabic, Baltic
+_CODE_PAGES = ("cp1250", "cp1251", "cp1253", "cp1254", "cp1255", "cp1256", "cp1257")
+
+
+def _pair_pattern(code_pages: tuple[str, ...]) -> str:
+    """A UTF-8 lead byte then a continuation byte, both as one of ``code_pages`` reads them."""
+    def chars(lo: int, hi: int) -> str:
+        read = "".join(bytes(range(lo, hi)).decode(page, errors="ignore") for page in code_pages)
+        return "".join(f"\\x{{{ord(c):04x}}}" for c in dict.fromkeys(read.replace("\xa0", "")))
+    return f"[{chars(0xC2, 0xF5)}][{chars(0x80, 0xC0)}]"
+
+
+_PAIR_PATTERNS = {page: _pair_pattern((page,)) for page in _CODE_PAGES}
+_ANY_PAIR = _pair_pattern(_CODE_PAGES)
+
+
+def _legacy_mojibake(texts: pa.Array) -> np.ndarray:
+    """1 where most words of a row that are not ASCII, encoded in one of
+    :data:`_CODE_PAGES`, are valid UTF-8 of other text: "Р”Р°" is "Да" read as cp1251,
+    "ط§ظ„" "ال" read as cp1256. A real word in those scripts is not valid UTF-8 once so
+    encoded (a lower-case Cyrillic letter is a lead byte with no continuation after it). Word
+    by word, because normalization has turned some bytes into spaces (cp1251 reads the second
+    byte of "Р" as a no-break space). Only rows with a lead-continuation pair are tried."""
+    out = np.zeros(len(texts), dtype=np.float64)
+    some = np.flatnonzero(_np(pc.match_substring_regex(texts, _ANY_PAIR).fill_null(False)))
+    if not len(some):
+        return out
+    candidates = texts.take(pa.array(some))
+    for page, pattern in _PAIR_PATTERNS.items():
+        hits = _np(pc.match_substring_regex(candidates, pattern).fill_null(False))
+        rows = some[hits]
+        for i, text in zip(rows.tolist(), candidates.filter(pa.array(hits)).to_pylist(),
+                           strict=True):
+            if out[i] or not text:
+                continue
+            # a lone character cannot be judged (the "Р" of "Р С–Рє", normalized), nor a word
+            # that ends in the lead byte of a no-break space normalized away ("St.Â Martin")
+            words = [w for w in text.split()
+                     if len(w) > 1 and not w.isascii() and not w.endswith("Â")]
+            misread = sum(_misread(w, page) for w in words)
+            out[i] = float(2 * misread > len(words))
+    return out
+
+
+def _misread(word: str, page: str) -> bool:
+    """Whether ``word`` is another word's UTF-8 read as ``page``: it encodes back to UTF-8, and
+    what that reads has its letters in one script ("Fuß“" in cp1250 is "Fu" and an NKo letter:
+    a real word)."""
+    try:
+        fixed = word.encode(page).decode("utf-8")
+    except UnicodeError:
+        return False
+    scripts = {unicodedata.name(c, "?").split(" ")[0] for c in fixed if c.isalpha()}
+    return fixed != word and len(scripts) == 1
 
 
 def _matches(texts: pa.Array, pattern: str) -> np.ndarray:
