@@ -45,6 +45,19 @@ SAME = [
     ("I have five cats and 2 dogs", "আমার পাঁচটি বিড়াল আর ২টি কুকুর"),
     ("35 students", "三十五个学生"),
     ("2008", "二〇〇八年"),
+    # NTREX news (professional translations the rule rejected: 380 of 65,901 pairs, now 143)
+    ("the UK's £2.8bn beauty market", "英國 £28 億元美妝市場"),  # myriads, a space away
+    ("for £125m, three years ago", "1억 2500만 파운드에"),  # Korean myriads, "m" attached
+    ("more than 2.25 billion people", "22億5000万人以上"),  # one number in two myriads
+    ("paid her $375,000", "37万5,000ドルを"),
+    ("at about 7:30 p.m.", "오후 7시 30분"),
+    ("weighing 650 pounds", "mit 295 kg"),  # US units converted and rounded
+    ("weighing 650 pounds", "весом 300 кг"),
+    ("winds of 85 mph", "Winde von 137 km/h"),
+    ("1 to 4 inches of rain", "25 עד 100 מ“מ גשם"),
+    ("temperatures near 80 degrees", "Temperaturen um 27 ºC"),
+    ("More than 820,000 people", "8,20,000 पेक्षा जास्त लोक"),  # Indian grouping
+    ("she's 100 percent certain", "တစ္ရာရာခိုင္ႏႈန္း ေသခ်ာသည္ဟု တ၀ါး၀ါး"),  # Zawgyi signs
 ]
 DIFFERENT = [
     ("(123)", "(789)"),
@@ -53,6 +66,9 @@ DIFFERENT = [
     ("It costs 5 dollars", "Es kostet 7 Dollar"),
     ("In 2012", "Im Jahr 2010"),
     ("I have 3 cats", "আমার ৫টি বিড়াল আছে"),
+    ("It is 3 miles away", "Es ist 10 km entfernt"),
+    ("more than 20.4 million people", "204만 명 이상"),  # a real slip: 2.04 million
+    ("£11 million", "1100파운드"),  # the translator's 만 went missing
 ]
 
 

@@ -85,7 +85,20 @@ _SCALES = {
     "lakh": 10**5, "lakhs": 10**5, "crore": 10**7, "crores": 10**7,
     "হাজার": 10**3, "লক্ষ": 10**5, "লাখ": 10**5, "কোটি": 10**7,
     "万": 10**4, "萬": 10**4, "亿": 10**8, "億": 10**8, "千": 10**3, "百": 10**2,
+    "憶": 10**8,  # a common Japanese typing slip for 億 (NTREX: 31憶ユーロ)
+    # Korean counts in myriads too: 28억 = 2.8 billion, 1100만 = 11 million
+    "만": 10**4, "억": 10**8, "조": 10**12, "천": 10**3,
+    # "£125m", "$50k" (attached only, see _ATTACHED), and the words of other shipped pairs
+    "m": 10**6, "k": 10**3, "millions de": 10**6, "milliards": 10**9, "milliard": 10**9,
+    "млн": 10**6, "млрд": 10**9, "тыс": 10**3, "тысяч": 10**3, "миллионов": 10**6,
+    "миллиардов": 10**9,
 }
+#: scale words that count only written right after the digits ("125m", not "125 m": metres)
+_ATTACHED = {"m", "k"}
+#: the East Asian myriad units: 1億2,500万 is one number, 125,000,000
+_MYRIADS = {"万": 10**4, "萬": 10**4, "만": 10**4, "亿": 10**8, "億": 10**8, "억": 10**8,
+            "憶": 10**8,
+            "조": 10**12, "兆": 10**12}
 _HAN_DIGITS = {"〇": 0, "零": 0, "一": 1, "二": 2, "两": 2, "兩": 2, "三": 3, "四": 4,
                "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
 _HAN_UNITS = {"十": 10, "百": 100, "千": 1000, "万": 10**4, "萬": 10**4, "亿": 10**8,
@@ -99,7 +112,7 @@ _SEP = r"(?:[.,:'’\u00a0\u202f\u2009]| (?=\d{3}(?!\d)))"
 _NUMBER = re.compile(rf"\d+(?:{_SEP}\d+)*|\d+")
 _PM = re.compile(r"^\s?(?:p\.\s?m\.?|pm\b|PM\b|P\.M\.)", re.IGNORECASE)
 _AM = re.compile(r"^\s?(?:a\.\s?m\.?|am\b|AM\b|A\.M\.)", re.IGNORECASE)
-_CN_PM = ("下午", "晚上", "傍晚", "中午")
+_CN_PM = ("下午", "晚上", "傍晚", "中午", "午後", "오후")
 _DECADE = re.compile(r"^(?:'?s\b|er\b|er-|er\s?jahre|年代)", re.IGNORECASE)
 _RANGE = re.compile(r"\s?[-–—/]\s?$")
 #: words: runs between spaces, digits and punctuation (``\w`` would cut Bengali at its vowel
@@ -163,8 +176,9 @@ def _readings(group: str) -> list[list[Decimal]]:
     out: list[list[Decimal]] = [[Decimal(int(p)) for p in parts]]
     if len(parts) == 1:
         return out
-    if all(len(p) == 3 for p in parts[1:]):  # thousands: 1,000 / 1.000 / 1 000
-        out.append([Decimal(int("".join(parts)))])
+    if all(len(p) == 3 for p in parts[1:]) or (  # thousands: 1,000 / 1.000 / 1 000
+            len(parts) >= 3 and len(parts[-1]) == 3 and all(len(p) == 2 for p in parts[1:-1])):
+        out.append([Decimal(int("".join(parts)))])  # and Indian lakhs: 8,20,000
     if len(parts) == 2 and seps and seps[0].strip() in (".", ","):  # decimal: 2,95 / 2.95
         out.append([Decimal(f"{int(parts[0])}.{parts[1]}")])
     return out
@@ -172,16 +186,109 @@ def _readings(group: str) -> list[list[Decimal]]:
 
 @lru_cache(maxsize=1)
 def _scale_pattern() -> re.Pattern[str]:
-    words = sorted((w for w in _SCALES if w.isascii()), key=len, reverse=True)
+    words = sorted((w for w in _SCALES if w.isascii() and w not in _ATTACHED), key=len,
+                   reverse=True)
     han = "".join(w for w in _SCALES if len(w) == 1 and not w.isascii())
     others = [w for w in _SCALES if not w.isascii() and len(w) > 1]
     alternatives = "|".join(re.escape(w) for w in words + others)
-    # a word must end there ("3 million", not "3 mills"); a Han multiplier needs no space
-    return re.compile(rf"^(?:\s?({alternatives})(?![^\W\d_])|([{han}]))", re.IGNORECASE)
+    attached = "|".join(re.escape(w) for w in sorted(_ATTACHED))
+    # a word must end there ("3 million", not "3 mills"); a Han or Hangul multiplier needs
+    # no word end ("28억원"), and may stand a space away ("28 億元", "38 万")
+    return re.compile(rf"^(?:\s?({alternatives})(?![^\W\d_])|\s?([{han}])"
+                      rf"|({attached})(?![^\W\d_]))", re.IGNORECASE)
+
+
+#: a number after an English unit of measure, and what one of it is in the metric unit
+#: translations use: 650 pounds are "295 kg" in German, "300 кг" in Russian
+_UNITS = [
+    (re.compile(r"^[\s-]?(?:miles?|mi)\b", re.IGNORECASE), Decimal("1.609344")),
+    (re.compile(r"^[\s-]?(?:mph|miles? (?:an|per) hour)\b", re.IGNORECASE), Decimal("1.609344")),
+    (re.compile(r"^[\s-]?(?:pounds?|lbs?)\b", re.IGNORECASE), Decimal("0.45359237")),
+    (re.compile(r"^[\s-]?(?:inch(?:es)?|in\.)", re.IGNORECASE), Decimal("2.54")),
+    (re.compile(r"^[\s-]?(?:inch(?:es)?|in\.)", re.IGNORECASE), Decimal("25.4")),  # mm
+    (re.compile(r"^[\s-]?(?:feet|foot|ft)\b", re.IGNORECASE), Decimal("0.3048")),
+    (re.compile(r"^[\s-]?(?:yards?|yds?)\b", re.IGNORECASE), Decimal("0.9144")),
+    (re.compile(r"^[\s-]?(?:ounces?|oz)\b", re.IGNORECASE), Decimal("28.349523125")),
+    (re.compile(r"^[\s-]?(?:gallons?)\b", re.IGNORECASE), Decimal("3.785411784")),
+    (re.compile(r"^[\s-]?(?:acres?)\b", re.IGNORECASE), Decimal("0.40468564224")),
+]
+#: "80 degrees" in American news is Fahrenheit too
+_FAHRENHEIT = re.compile(r"^[\s-]?(?:°\s?F\b|degrees?\b|F\b)", re.IGNORECASE)
+
+
+def _rounded(value: Decimal) -> list[Decimal]:
+    """The ways a translator rounds a converted value: to a tenth, a half, a unit, to 5 and
+    10, and to 1 or 2 significant figures (294.8 kg: 294.8, 295, 290, 300), each within 5%
+    of it (19 acres are 7.7 ha: 8, not 10)."""
+    out = {value.quantize(Decimal("0.1")), (value * 2).quantize(Decimal("1")) / 2,
+           value.quantize(Decimal("1")), (value / 5).quantize(Decimal("1")) * 5,
+           (value / 10).quantize(Decimal("1")) * 10}
+    if value >= 1:
+        digits = len(str(int(value)))
+        for figures in (1, 2):
+            step = Decimal(10) ** max(digits - figures, 0)
+            out.add((value / step).quantize(Decimal("1")) * step)
+    return sorted(v for v in out if abs(v - value) <= abs(value) / 20)
+
+
+#: the first number of a range whose unit comes after the second ("1 to 4 inches", "2-3 ft")
+_RANGE_TO = re.compile(r"^\s?(?:-|–|—|to|and|or)\s?\d+(?:[.,]\d+)?")
+
+
+def _converted(value: Decimal, after: str) -> list[list[Decimal]]:
+    """Readings of ``value`` in metric units where a US unit follows it (or follows the
+    number that ends its range)."""
+    span = _RANGE_TO.match(after)
+    if span:
+        after = after[span.end():]
+    out = [[v] for pattern, factor in _UNITS if pattern.match(after)
+           for v in _rounded(value * factor)]
+    if _FAHRENHEIT.match(after):
+        out += [[v] for v in _rounded((value - 32) * 5 / 9)]
+    return out
+
+
+def _integer(group: str) -> Decimal | None:
+    """A digit group as one whole number (``2,500`` → 2500), if it reads as one."""
+    parts = [r for r in _readings(group) if len(r) == 1 and r[0] == r[0].to_integral_value()]
+    return max((r[0] for r in parts), default=None)
+
+
+def _myriad_sum(text: str, pos: int, value: Decimal, unit: int) -> Decimal | None:
+    """``1億2,500万`` = 125,000,000: a myriad number (``value`` × ``unit``, its unit ending
+    at ``pos``) and the smaller ones right after it; None when none follows."""
+    total, smallest = value * unit, unit
+    while True:
+        nxt = _NUMBER.match(text, pos + (1 if text[pos:pos + 1] == " " else 0))
+        v = _integer(nxt.group()) if nxt else None
+        if nxt is None or v is None:
+            break
+        rest = text[nxt.end():nxt.end() + 2].lstrip()
+        step = _MYRIADS.get(rest[:1], 0)
+        if step and step < smallest:
+            total, smallest = total + v * step, step
+            pos = text.index(rest[:1], nxt.end()) + 1
+            continue
+        if not step and v < smallest:  # 37万5,000: the rest in units
+            total += v
+        break
+    return total if total != value * unit else None
+
+
+#: Burmese text often writes the letter wa (ဝ) as the digit zero (၀) that looks the same
+#: (NTREX: "တ၀ါး၀ါး"); next to a Burmese letter or sign it is that letter
+_MYANMAR_WA = re.compile(r"(?<=[\u1000-\u103f\u1050-\u108f])\u1040"
+                         r"|(?<![\u1040-\u1049])\u1040(?=[\u1000-\u103f\u1050-\u108f])")
+#: and Zawgyi-encoded Burmese writes its dot below and other signs with the code points of
+#: Shan digits (႔ ႕): after a Burmese letter or sign they are no digits
+_ZAWGYI_SIGNS = re.compile(r"(?<=[\u1000-\u103f\u1050-\u108f])[\u1090-\u1099]+")
+_MYANMAR_DIGIT = re.compile(r"[\u1040-\u1049\u1090-\u1099]")
 
 
 def read_numbers(text: str) -> SideNumbers | None:
     """The numbers of ``text`` with all their readings, or ``None`` when it has no digits."""
+    if _MYANMAR_DIGIT.search(text):
+        text = _ZAWGYI_SIGNS.sub("", _MYANMAR_WA.sub("\u101d", text))
     groups = list(_NUMBER.finditer(text))
     if not groups:
         return None
@@ -194,9 +301,18 @@ def read_numbers(text: str) -> SideNumbers | None:
         extra: list[list[Decimal]] = []
         scale = _scale_pattern().match(after)
         if scale:
-            word = scale.group(1) or scale.group(2)
+            word = scale.group(1) or scale.group(2) or scale.group(3)
             factor = _SCALES.get(word.lower(), _SCALES.get(word, 1))
             extra += [[v * factor for v in r] for r in readings if len(r) == 1]
+            if word in _MYRIADS:
+                for r in readings:
+                    whole = _myriad_sum(text, m.end() + scale.end(), r[0], _MYRIADS[word]) \
+                        if len(r) == 1 else None
+                    if whole is not None:
+                        extra.append([whole])
+        for r in readings:
+            if len(r) == 1:
+                extra += _converted(r[0], text[m.end():m.end() + 30])
         values = readings[0]
         before = text[max(0, m.start() - 3):m.start()]
         pm = _PM.match(after) or any(before.endswith(w) for w in _CN_PM)
