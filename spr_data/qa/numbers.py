@@ -305,14 +305,14 @@ def read_numbers(text: str) -> SideNumbers | None:
             factor = _SCALES.get(word.lower(), _SCALES.get(word, 1))
             extra += [[v * factor for v in r] for r in readings if len(r) == 1]
             if word in _MYRIADS:
-                for r in readings:
-                    whole = _myriad_sum(text, m.end() + scale.end(), r[0], _MYRIADS[word]) \
-                        if len(r) == 1 else None
+                for reading in readings:
+                    whole = (_myriad_sum(text, m.end() + scale.end(), reading[0],
+                                         _MYRIADS[word]) if len(reading) == 1 else None)
                     if whole is not None:
                         extra.append([whole])
-        for r in readings:
-            if len(r) == 1:
-                extra += _converted(r[0], text[m.end():m.end() + 30])
+        for reading in readings:
+            if len(reading) == 1:
+                extra += _converted(reading[0], text[m.end():m.end() + 30])
         values = readings[0]
         before = text[max(0, m.start() - 3):m.start()]
         pm = _PM.match(after) or any(before.endswith(w) for w in _CN_PM)
