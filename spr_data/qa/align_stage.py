@@ -62,9 +62,8 @@ _SLICE_ROWS = 32768
 #: the threshold, a high quantile of them, a matter of a handful of pairs
 _MIN_NEGATIVES_PER_KIND = 200
 #: the most the held-out rows' estimated misaligned share may exceed the trained rows' before
-#: the report warns: 0.04 at most on the README's 24 corpus-levels; 0.14-0.33 on Tatoeba
-#: eng-kor, -jpn, -tam and -tha test sets of 300-1,000 pairs, which lost 6-20% of their real
-#: pairs to low_alignment
+#: the report warns: 0.04 at most on the README's 24 corpus-levels; 0.10-0.33 on 8 of 23
+#: clean Tatoeba test sets of 307-1,000 pairs, which lost 2.7-10.4% of their rows
 _SEEN_UNSEEN_GAP = 0.1
 #: row_hash salt of the training sample (negatives use salts 0-2)
 _SAMPLE_SALT = 3
