@@ -238,6 +238,9 @@ def test_tokens_split_by_script_and_lowercase():
     assert rows[1] == list("東京タワーへ行きます")
     # a Thai letter or mark means nothing alone: up to three code points make a unit
     assert rows[2] == ["ภาษ", "า", "ไทย"]
+    # their digits are digit runs like any others
+    thai_year = alignment_tokens(pa.array(["ปี ๒๕๖๓ 1000"])).tokens.to_pylist()
+    assert thai_year == ["ปี", "๒๕๖๓", "1000"]
     assert rows[3][0] == "größe" and rows[3][2:] == ["বাংলা", "ভাষা"]
     assert rows[4] == rows[5] == rows[6] == []
     assert len(toks) == 7

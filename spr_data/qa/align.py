@@ -186,12 +186,15 @@ FORMAT_VERSION = 1
 _UNSPACED = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}"
 # … but in these a letter (or a vowel or tone mark) means nothing alone: up to 3 code points,
 # about a syllable, make a unit. On 548 Tatoeba eng-tha pairs the align stage took 110 real
-# pairs a letter at a time, 39 two at a time, 33 three, 56 four
-_SYLLABIC = r"\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}"
+# pairs a letter at a time, 39 two at a time, 33 three, 56 four. The units are cut from where
+# a run starts, not at syllable bounds (a word's units differ with what comes before it in
+# its run): a crude split, which a Thai word segmenter would beat. Their digits are digits.
+_SYLLABIC = r"[\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}]--\p{N}"
 #: One alignment token (Rust regex syntax): up to 3 characters of a syllabic unspaced script,
 #: one character of another unspaced script, a run of digits, or a run of other letters and
 #: marks. Punctuation and symbols are dropped.
-TOKEN_PATTERN = rf"[{_SYLLABIC}]{{1,3}}|[{_UNSPACED}]|\p{{N}}+|[[\p{{L}}\p{{M}}]--[{_UNSPACED}]]+"
+TOKEN_PATTERN = (rf"[{_SYLLABIC}]{{1,3}}|[[{_UNSPACED}]--\p{{N}}]|\p{{N}}+"
+                 rf"|[[\p{{L}}\p{{M}}]--[{_UNSPACED}]]+")
 # HTML/Moses escapes (&apos; &quot; &#39;) are markup, not words, when normalize did not run.
 _ENTITY = r"&(?:#[0-9]+|#[xX][0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]{1,31});"
 

@@ -282,10 +282,12 @@ class AlignStage:
                 unseen = calibrated(calib_scores[~trained_scored], unseen_neg, unseen_scores)
             else:  # a corpus of a few dozen pairs holds out too few rows to make them of:
                 # those rows are kept here (the trained rows' threshold would reject them for
-                # being unseen, not for being junk)
-                unseen = replace(seen, threshold=float("-inf"))
-                warnings.append("too few rows were held out of training to calibrate a "
-                                "threshold of their own; the align stage keeps them")
+                # being unseen, not for being junk); the lowest float, not -inf, so that
+                # report.json stays standard JSON
+                unseen = replace(seen, threshold=float(np.finfo(np.float64).min))
+                if cfg.min_score is None and cfg.quantile is None:
+                    warnings.append("too few rows were held out of training to calibrate a "
+                                    "threshold of their own; the align stage keeps them")
         thresholds = {"seen": seen.threshold, "unseen": unseen.threshold}
         if cfg.min_score is not None:
             method = "min_score"

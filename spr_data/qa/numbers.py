@@ -86,6 +86,7 @@ _SCALES = {
     "হাজার": 10**3, "লক্ষ": 10**5, "লাখ": 10**5, "কোটি": 10**7,
     "万": 10**4, "萬": 10**4, "亿": 10**8, "億": 10**8, "千": 10**3, "百": 10**2,
     "憶": 10**8,  # a common Japanese typing slip for 億 (NTREX: 31憶ユーロ)
+    "兆": 10**12,
     # Korean counts in myriads too: 28억 = 2.8 billion, 1100만 = 11 million
     "만": 10**4, "억": 10**8, "조": 10**12, "천": 10**3,
     # "£125m", "$50k" (attached only, see _ATTACHED), and the words of other shipped pairs
@@ -96,6 +97,8 @@ _SCALES = {
 #: scale words that count only written right after the digits ("125m", not "125 m": metres)
 _ATTACHED = {"m", "k"}
 #: the East Asian myriad units: 1億2,500万 is one number, 125,000,000
+#: scale words that a myriad may follow within one factor (3천만, 2千万)
+_UNDER_MYRIAD = {"천": 10**3, "千": 10**3, "백": 10**2, "百": 10**2}
 _MYRIADS = {"万": 10**4, "萬": 10**4, "만": 10**4, "亿": 10**8, "億": 10**8, "억": 10**8,
             "憶": 10**8,
             "조": 10**12, "兆": 10**12}
@@ -201,16 +204,17 @@ def _scale_pattern() -> re.Pattern[str]:
 #: a number after an English unit of measure, and what one of it is in the metric unit
 #: translations use: 650 pounds are "295 kg" in German, "300 кг" in Russian
 _UNITS = [
-    (re.compile(r"^[\s-]?(?:miles?|mi)\b", re.IGNORECASE), Decimal("1.609344")),
-    (re.compile(r"^[\s-]?(?:mph|miles? (?:an|per) hour)\b", re.IGNORECASE), Decimal("1.609344")),
-    (re.compile(r"^[\s-]?(?:pounds?|lbs?)\b", re.IGNORECASE), Decimal("0.45359237")),
-    (re.compile(r"^[\s-]?(?:inch(?:es)?|in\.)", re.IGNORECASE), Decimal("2.54")),
-    (re.compile(r"^[\s-]?(?:inch(?:es)?|in\.)", re.IGNORECASE), Decimal("25.4")),  # mm
-    (re.compile(r"^[\s-]?(?:feet|foot|ft)\b", re.IGNORECASE), Decimal("0.3048")),
-    (re.compile(r"^[\s-]?(?:yards?|yds?)\b", re.IGNORECASE), Decimal("0.9144")),
-    (re.compile(r"^[\s-]?(?:ounces?|oz)\b", re.IGNORECASE), Decimal("28.349523125")),
-    (re.compile(r"^[\s-]?(?:gallons?)\b", re.IGNORECASE), Decimal("3.785411784")),
-    (re.compile(r"^[\s-]?(?:acres?)\b", re.IGNORECASE), Decimal("0.40468564224")),
+    (re.compile(r"^[\s-]?(?:miles?|mi)\b", re.IGNORECASE), (Decimal("1.609344"),)),
+    (re.compile(r"^[\s-]?(?:mph|miles? (?:an|per) hour)\b", re.IGNORECASE),
+     (Decimal("1.609344"),)),
+    (re.compile(r"^[\s-]?(?:pounds?|lbs?)\b", re.IGNORECASE), (Decimal("0.45359237"),)),
+    (re.compile(r"^[\s-]?(?:inch(?:es)?|in\.)", re.IGNORECASE),
+     (Decimal("2.54"), Decimal("25.4"))),  # cm, mm
+    (re.compile(r"^[\s-]?(?:feet|foot|ft)\b", re.IGNORECASE), (Decimal("0.3048"),)),
+    (re.compile(r"^[\s-]?(?:yards?|yds?)\b", re.IGNORECASE), (Decimal("0.9144"),)),
+    (re.compile(r"^[\s-]?(?:ounces?|oz)\b", re.IGNORECASE), (Decimal("28.349523125"),)),
+    (re.compile(r"^[\s-]?(?:gallons?)\b", re.IGNORECASE), (Decimal("3.785411784"),)),
+    (re.compile(r"^[\s-]?(?:acres?)\b", re.IGNORECASE), (Decimal("0.40468564224"),)),
 ]
 #: "80 degrees" in American news is Fahrenheit too
 _FAHRENHEIT = re.compile(r"^[\s-]?(?:°\s?F\b|degrees?\b|F\b)", re.IGNORECASE)
@@ -232,7 +236,8 @@ def _rounded(value: Decimal) -> list[Decimal]:
 
 
 #: the first number of a range whose unit comes after the second ("1 to 4 inches", "2-3 ft")
-_RANGE_TO = re.compile(r"^\s?(?:-|–|—|to|and|or)\s?\d+(?:[.,]\d+)?")
+_RANGE_TO = re.compile(r"^\s?(?:-|–|—|to|and|or)\s?\d+(?:[.,]\d+)*")
+_LARGEST_MEASURE = Decimal(10) ** 15
 
 
 def _converted(value: Decimal, after: str) -> list[list[Decimal]]:
@@ -241,10 +246,12 @@ def _converted(value: Decimal, after: str) -> list[list[Decimal]]:
     span = _RANGE_TO.match(after)
     if span:
         after = after[span.end():]
-    out = [[v] for pattern, factor in _UNITS if pattern.match(after)
-           for v in _rounded(value * factor)]
-    if _FAHRENHEIT.match(after):
-        out += [[v] for v in _rounded((value - 32) * 5 / 9)]
+    if value >= _LARGEST_MEASURE:  # an id, not a measure (and past Decimal's precision)
+        return []
+    out = [[v] for pattern, factors in _UNITS if pattern.match(after)
+           for factor in factors for v in _rounded(value * factor)]
+    if _FAHRENHEIT.match(after):  # the other side's minus sign is not read: -10 is 10
+        out += [[abs(v)] for v in _rounded((value - 32) * 5 / 9)]
     return out
 
 
@@ -303,11 +310,19 @@ def read_numbers(text: str) -> SideNumbers | None:
         if scale:
             word = scale.group(1) or scale.group(2) or scale.group(3)
             factor = _SCALES.get(word.lower(), _SCALES.get(word, 1))
+            next_char = after[scale.end():scale.end() + 1]
+            if word in _UNDER_MYRIAD and next_char in _MYRIADS:  # 3천만, 3千万: 30 million
+                factor *= _MYRIADS[next_char]
+                word = next_char
+                scale_end = scale.end() + 1
+            else:
+                scale_end = scale.end()
             extra += [[v * factor for v in r] for r in readings if len(r) == 1]
             if word in _MYRIADS:
                 for reading in readings:
-                    whole = (_myriad_sum(text, m.end() + scale.end(), reading[0],
-                                         _MYRIADS[word]) if len(reading) == 1 else None)
+                    whole = (_myriad_sum(text, m.end() + scale_end, reading[0] * (
+                        factor // _MYRIADS[word]), _MYRIADS[word]) if len(reading) == 1
+                        else None)
                     if whole is not None:
                         extra.append([whole])
         for reading in readings:
@@ -373,7 +388,10 @@ def numbers_match(src: str, tgt: str) -> bool:
     groups = set(_NUMBER.findall(src))
     if groups and groups == set(_NUMBER.findall(tgt)):  # the same digits: most pairs
         return True
-    a, b = read_numbers(src), read_numbers(tgt)
+    try:
+        a, b = read_numbers(src), read_numbers(tgt)
+    except (ValueError, ArithmeticError):  # a digit run past int's 4,300 digits: no measure
+        return True
     if a is None or b is None:
         return True
     return a.found_in(b) or b.found_in(a)

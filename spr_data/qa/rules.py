@@ -54,7 +54,7 @@ _SIDE_ROWS = 8192
 #: applies to its Hangul syllables as well as to its Han (English runs 1.93-2.00x a Korean
 #: side's characters on Tatoeba and NTREX, 1.06x its weighted length)
 _CHAR_WEIGHT = {"zh": 3.0, "ja": 2.2, "ko": 2.0, "yue": 3.0, "wuu": 3.0}
-_SYLLABLES = {"ko": r"\p{Hangul}"}
+_UNCOUNTED_DENSE = {"ko": r"\p{Hangul}"}  # dense letters that are not CJK (see scripts.CJK)
 
 
 def _np(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -135,8 +135,8 @@ def _mojibake_candidates(texts: pa.Array) -> np.ndarray:
 def mojibake_score(texts: pa.Array) -> np.ndarray:
     """Per row, how many UTF-8 sequences read as cp1252/Latin-1 it holds (a weak one counts
     half), plus U+FFFD replacement characters: text that went through a wrong decoding. A
-    row that is wholly UTF-8 read as another Windows code page (Cyrillic, Arabic, Greek …)
-    scores 1 more."""
+    row whose words are mostly UTF-8 read as another Windows code page (Cyrillic, Arabic,
+    Greek …) scores 1 more."""
     out = np.zeros(len(texts), dtype=np.float64)
     rows = np.flatnonzero(_mojibake_candidates(texts))
     if len(rows):
@@ -166,43 +166,58 @@ _ANY_PAIR = _pair_pattern(_CODE_PAGES)
 
 
 def _legacy_mojibake(texts: pa.Array) -> np.ndarray:
-    """1 where most words of a row that are not ASCII, encoded in one of
-    :data:`_CODE_PAGES`, are valid UTF-8 of other text: "Р”Р°" is "Да" read as cp1251,
-    "ط§ظ„" "ال" read as cp1256. A real word in those scripts is not valid UTF-8 once so
-    encoded (a lower-case Cyrillic letter is a lead byte with no continuation after it). Word
-    by word, because normalization has turned some bytes into spaces (cp1251 reads the second
-    byte of "Р" as a no-break space). Only rows with a lead-continuation pair are tried."""
+    """1 where a row reads as UTF-8 misread as one of :data:`_CODE_PAGES` (see
+    :func:`_misread_row`): "Р”Р°" is "Да" read as cp1251, "ط§ظ„" "ال" read as cp1256.
+
+    Only rows whose lead-continuation pairs (as the page reads them) are at least a quarter of
+    their non-ASCII characters are tried: a misread text is almost all such pairs, while real
+    Ukrainian or Urdu text holds a few (Сі, Ні), and trying every such row cost 20-28 µs each."""
     out = np.zeros(len(texts), dtype=np.float64)
     some = np.flatnonzero(_np(pc.match_substring_regex(texts, _ANY_PAIR).fill_null(False)))
     if not len(some):
         return out
     candidates = texts.take(pa.array(some))
+    # bytes beyond one a character: about the non-ASCII characters (a regex counting them
+    # took 7 µs a row of NTREX Ukrainian)
+    foreign = (_np(pc.binary_length(candidates).fill_null(0))
+               - _np(pc.utf8_length(candidates).fill_null(0)))
     for page, pattern in _PAIR_PATTERNS.items():
-        hits = _np(pc.match_substring_regex(candidates, pattern).fill_null(False))
-        rows = some[hits]
-        for i, text in zip(rows.tolist(), candidates.filter(pa.array(hits)).to_pylist(),
+        pairs = _np(pc.count_substring_regex(candidates, pattern).fill_null(0))
+        dense = (pairs > 0) & (4 * pairs >= foreign)
+        rows = some[dense]
+        for i, text in zip(rows.tolist(), candidates.filter(pa.array(dense)).to_pylist(),
                            strict=True):
-            if out[i] or not text:
-                continue
-            # a lone character cannot be judged (the "Р" of "Р С–Рє", normalized), nor a word
-            # that ends in the lead byte of a no-break space normalized away ("St.Â Martin")
-            words = [w for w in text.split()
-                     if len(w) > 1 and not w.isascii() and not w.endswith("Â")]
-            misread = sum(_misread(w, page) for w in words)
-            out[i] = float(2 * misread > len(words))
+            if not out[i] and text:
+                out[i] = float(_misread_row(text, page))
     return out
 
 
+def _misread_row(text: str, page: str) -> bool:
+    """Whether most of the words of ``text`` that are not ASCII are UTF-8 read as ``page``
+    (:func:`_misread`). Word by word, because normalization has turned some bytes
+    into spaces (cp1251 reads the second byte of "Р" as a no-break space); a lone character
+    cannot be judged (the "Р" of "Р С–Рє", normalized), nor a word that ends in the lead byte
+    of such a space ("St.Â Martin")."""
+    words = [w for w in text.split() if len(w) > 1 and not w.isascii() and not w.endswith("Â")]
+    return 2 * sum(_misread(w, page) for w in words) > len(words)
+
+
+def _scripts(text: str) -> set[str]:
+    """The scripts of the letters of ``text``, by the first word of their Unicode names."""
+    return {unicodedata.name(c, "?").split(" ")[0] for c in text if c.isalpha()}
+
+
 def _misread(word: str, page: str) -> bool:
-    """Whether ``word`` is another word's UTF-8 read as ``page``: it encodes back to UTF-8, and
-    what that reads has its letters in one script ("Fuß“" in cp1250 is "Fu" and an NKo letter:
-    a real word)."""
+    """Whether ``word`` is another word's UTF-8 read as ``page``: it encodes back to valid
+    UTF-8, whose letters are of one script, and one the word's letters are of already. A real
+    word rarely is: "Fuß“" in cp1250 reads back as "Fu" and an NKo letter, Ukrainian "Ні" in
+    cp1251 as a Greek letter; "Р”Р°" reads back as Cyrillic "Да", "VerfГјgt" as Latin."""
     try:
         fixed = word.encode(page).decode("utf-8")
     except UnicodeError:
         return False
-    scripts = {unicodedata.name(c, "?").split(" ")[0] for c in fixed if c.isalpha()}
-    return fixed != word and len(scripts) == 1
+    scripts = _scripts(fixed)
+    return fixed != word and len(scripts) == 1 and scripts <= _scripts(word)
 
 
 def _matches(texts: pa.Array, pattern: str) -> np.ndarray:
@@ -403,8 +418,8 @@ def _length_units(texts: pa.Array, lang: str, prof: TextProfile | None = None) -
                     else (prof.chars - prof.spaces, prof.cjk))
     weight = _CHAR_WEIGHT.get(lang, 1.0)
     units: np.ndarray = np.asarray((visible - cjk) + cjk * weight, dtype=np.float64)
-    if lang in _SYLLABLES:  # a script of syllable blocks that is not CJK (one word a letter)
-        syllables = pc.count_substring_regex(texts, _SYLLABLES[lang]).fill_null(0)
+    if lang in _UNCOUNTED_DENSE:  # Hangul: dense, but not CJK (a word is not one letter)
+        syllables = pc.count_substring_regex(texts, _UNCOUNTED_DENSE[lang]).fill_null(0)
         units += np.asarray(syllables.to_numpy(zero_copy_only=False)) * (weight - 1.0)
     return units
 
