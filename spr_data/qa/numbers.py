@@ -97,11 +97,9 @@ _SCALES = {
 #: scale words that count only written right after the digits ("125m", not "125 m": metres)
 _ATTACHED = {"m", "k"}
 #: the East Asian myriad units: 1億2,500万 is one number, 125,000,000
+_MYRIADS = {w: _SCALES[w] for w in "万萬만亿億억憶조兆"}
 #: scale words that a myriad may follow within one factor (3천만, 2千万)
-_UNDER_MYRIAD = {"천": 10**3, "千": 10**3, "백": 10**2, "百": 10**2}
-_MYRIADS = {"万": 10**4, "萬": 10**4, "만": 10**4, "亿": 10**8, "億": 10**8, "억": 10**8,
-            "憶": 10**8,
-            "조": 10**12, "兆": 10**12}
+_UNDER_MYRIAD = {"천", "千", "百"}
 _HAN_DIGITS = {"〇": 0, "零": 0, "一": 1, "二": 2, "两": 2, "兩": 2, "三": 3, "四": 4,
                "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
 _HAN_UNITS = {"十": 10, "百": 100, "千": 1000, "万": 10**4, "萬": 10**4, "亿": 10**8,

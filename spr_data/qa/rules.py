@@ -54,7 +54,7 @@ _SIDE_ROWS = 8192
 #: applies to its Hangul syllables as well as to its Han (English runs 1.93-2.00x a Korean
 #: side's characters on Tatoeba and NTREX, 1.06x its weighted length)
 _CHAR_WEIGHT = {"zh": 3.0, "ja": 2.2, "ko": 2.0, "yue": 3.0, "wuu": 3.0}
-_UNCOUNTED_DENSE = {"ko": r"\p{Hangul}"}  # dense letters that are not CJK (see scripts.CJK)
+_UNCOUNTED_DENSE = {"ko": "Hangul"}  # a dense script that is not CJK (see scripts.CJK)
 
 
 def _np(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -419,8 +419,10 @@ def _length_units(texts: pa.Array, lang: str, prof: TextProfile | None = None) -
     weight = _CHAR_WEIGHT.get(lang, 1.0)
     units: np.ndarray = np.asarray((visible - cjk) + cjk * weight, dtype=np.float64)
     if lang in _UNCOUNTED_DENSE:  # Hangul: dense, but not CJK (a word is not one letter)
-        syllables = pc.count_substring_regex(texts, _UNCOUNTED_DENSE[lang]).fill_null(0)
-        units += np.asarray(syllables.to_numpy(zero_copy_only=False)) * (weight - 1.0)
+        script = _UNCOUNTED_DENSE[lang]
+        letters = (prof.script_letters[:, SCRIPT_NAMES.index(script)] if prof is not None
+                   else _np(pc.count_substring_regex(texts, rf"\p{{{script}}}").fill_null(0)))
+        units += np.asarray(letters, dtype=np.float64) * (weight - 1.0)
     return units
 
 
