@@ -32,8 +32,11 @@ def multi30k(corpora: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     en = gzip.decompress((base / "train.en.gz").read_bytes()).decode().splitlines()
     de = gzip.decompress((base / "train.de.gz").read_bytes()).decode().splitlines()
-    en += ["Two dogs play in the snow.", "http://example.com/x", "@@@ ### !!!"]
-    de += ["Two dogs play in the snow.", "Ein Hund.", "Zwei Hunde."]
+    en += ["Two dogs play in the snow.", "http://example.com/x", "@@@ ### !!!",
+           "A woman walks her dog along the beach at sunset.", "Two children play in a park."]
+    de += ["Two dogs play in the snow.", "Ein Hund.", "Zwei Hunde.",
+           "Eine Frau geht mit ihrem Hund along the beach at sunset.",
+           "Zwei Kinder spielen in einem Park. Zwei Kinder spielen in einem Park."]
     (root / "c.en").write_text("\n".join(en) + "\n")
     (root / "c.de").write_text("\n".join(de) + "\n")
     ingest([root / "c.en", root / "c.de"], root / "ds", shard_rows=4000)
@@ -62,6 +65,8 @@ def test_every_row_is_kept_or_rejected_exactly_once(multi30k: Path, tmp_path: Pa
     assert by_src["Two dogs play in the snow."]["reason"] == "copied_source"
     assert by_src["@@@ ### !!!"]["reason"] == "junk_src"
     assert "url_only_src" in by_src["http://example.com/x"]["reasons"]
+    assert by_src["A woman walks her dog along the beach at sunset."]["reason"] == "copied_span"
+    assert "repetition_tgt" in by_src["Two children play in a park."]["reasons"]
 
 
 def test_output_is_identical_for_any_number_of_workers(multi30k: Path, tmp_path: Path):
@@ -125,7 +130,7 @@ def test_an_existing_output_needs_overwrite(multi30k: Path, tmp_path: Path):
     assert result.exit_code == 1 and "--overwrite" in result.stderr
     result = run_cli("clean", multi30k, "--out", tmp_path / "out", "--recipe", recipe,
                      "--overwrite", "--workers", "1", "--json")
-    assert result.exit_code == 0 and json.loads(result.stdout)["rows_in"] == 29003
+    assert result.exit_code == 0 and json.loads(result.stdout)["rows_in"] == 29005
 
 
 def test_quarantine_rejects_exactly_the_listed_rows(multi30k: Path, tmp_path: Path):

@@ -2,12 +2,14 @@
 
 Scores first (lengths, letter shares, runs), decisions second, one reason per failed rule:
 ``{rule}_{side}`` for a side's rule (``too_long_tgt``), plain names for rules over the pair
-(``length_ratio``, ``copied_source``, ``numbers_mismatch``).
+(``length_ratio``, ``copied_source``, ``copied_span``, ``numbers_mismatch``).
 """
 
 from __future__ import annotations
 
+import difflib
 import math
+import re
 import unicodedata
 from dataclasses import dataclass, replace
 from typing import ClassVar
@@ -35,7 +37,7 @@ __all__ = ["PAIR_RULES", "SIDE_RULES", "LengthRatioFit", "RulesStage", "mojibake
 #: Per-side rules in the order they apply (the first that fails is a row's ``reason``).
 SIDE_RULES = ("empty", "too_short", "too_long", "url_only", "html", "boilerplate", "junk",
               "mojibake", "script_mismatch", "repetition")
-PAIR_RULES = ("length_ratio", "copied_source", "numbers_mismatch")
+PAIR_RULES = ("length_ratio", "copied_source", "copied_span", "numbers_mismatch")
 
 _URLISH = (r"(?:https?://|ftp://|www\.)\S+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
            r"|(?:[A-Za-z]:)?(?:[\\/][\w.-]+){2,}[\\/]?|[\w-]+(?:\.[\w-]+)+/\S*")
@@ -278,6 +280,137 @@ def word_runs_over(texts: pa.Array, limit: int) -> np.ndarray:
         return out
     rows = np.unique(np.searchsorted(offsets, spaces[starts], side="right") - 1)
     out[rows] = max_word_run(texts.take(pa.array(rows))) > limit
+    return out
+
+
+#: one word of a copied stretch: a run of letters, or one Han, kana, Hangul or Thai character
+#: (scripts written without spaces between words); digits are no words (numbers are copied
+#: into any translation)
+_COPY_WORD = re.compile(r"[\u0e00-\u0e4f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
+                        r"\uac00-\ud7af\uf900-\ufaff]|[^\W\d_]+")
+#: quotation marks and brackets: a stretch inside them is cited (a sign's text, a title, the
+#: original of a quote in parentheses), the way translations keep it
+_CITE = set("\"'`“”„‟«»‹›‘’‚「」『』（）()[]【】〈〉《》")
+_URL = re.compile(_URLISH + r"|@\w+")  # and @handles
+
+
+def _cited(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` has a quotation mark or bracket just before or after it
+    (among the two characters other than spaces on each side; an apostrophe between two
+    letters, as in "can't", is none)."""
+    near: list[int] = []
+    for p, step in ((start - 1, -1), (end, 1)):
+        found = 0
+        while 0 <= p < len(text) and found < 2:
+            if not text[p].isspace():
+                near.append(p)
+                found += 1
+            p += step
+    return any(text[p] in _CITE and not (text[p] in "'’" and 0 < p < len(text) - 1
+                                         and text[p - 1].isalpha() and text[p + 1].isalpha())
+               for p in near)
+
+
+def copied_span(src: str, tgt: str) -> str | None:
+    """The stretch of words one side copies from the other where it is junk, else None.
+
+    Junk: at least 3 words in a row, written the same (case aside) on both sides, that make
+    at least half of the shorter side's words — a bilingual line (the translation and its
+    source), a machine translation that left half the sentence as it was. Not junk, so
+    ``None``: names and titles (half the stretch's words or more capitalized, a sentence's
+    first word aside: "Game of Thrones star Kit Harington", "Rio de la Plata"), a stretch
+    cited in quotation marks or brackets on either side (a sign's text, the original of a
+    quote), URLs, e-mail addresses and @handles (left out before comparing), numbers and
+    one-letter Latin words (not counted). Measured on 224,378 real pairs (Tatoeba, Multi30k,
+    NTREX's 32 languages, the WMT sample, microtopia): README, *Copied text*."""
+    a, b = _URL.sub(" ", src), _URL.sub(" ", tgt)
+    # one Latin letter is no word to count: a clitic ("I'd", "can't") or an article
+    words_a = [w for w in _COPY_WORD.finditer(a) if len(w.group()) > 1 or not w.group().isascii()]
+    words_b = [w for w in _COPY_WORD.finditer(b) if len(w.group()) > 1 or not w.group().isascii()]
+    if len(words_a) < 3 or len(words_b) < 3:
+        return None
+    match = difflib.SequenceMatcher(
+        None, [w.group().casefold() for w in words_a], [w.group().casefold() for w in words_b],
+        autojunk=False).find_longest_match(0, len(words_a), 0, len(words_b))
+    size = match.size
+    if size < 3 or 2 * size < min(len(words_a), len(words_b)):
+        return None
+    run = words_a[match.a:match.a + size]
+    # a capital at the start of a sentence says nothing of a name
+    opens = int(a[:run[0].start()].rstrip()[-1:] in ("", ".", "!", "?", ":", ";"))
+    judged = [w.group() for w in run[opens:]]
+    if 2 * sum(1 for w in judged if w[:1].isupper()) >= len(judged) > 0:
+        return None
+    start, end = run[0].start(), run[-1].end()
+    if _cited(a, start, end) or _cited(b, words_b[match.b].start(),
+                                       words_b[match.b + size - 1].end()):
+        return None
+    return a[start:end]
+
+
+def copied_spans(src: pa.Array, tgt: pa.Array, rows: np.ndarray) -> np.ndarray:
+    """:func:`copied_span` is not None, for the pairs at ``rows`` (a bool per row of ``src``).
+
+    A stretch that makes half of the shorter side holds one of its quarters whole (a window
+    of half a length holds one cell of a grid a quarter long), so only pairs where a quarter
+    of the shorter side, case aside, appears in the longer one are compared word by word
+    (1.5 us a pair; on the real pairs above 0.5% of them)."""
+    out = np.zeros(len(src), dtype=bool)
+    if not len(rows):
+        return out
+    s_low = pc.utf8_lower(src).to_pylist()
+    t_low = pc.utf8_lower(tgt).to_pylist()
+    candidates = []
+    for k in rows.tolist():
+        s, t = s_low[k] or "", t_low[k] or ""
+        short, long = (s, t) if len(s) <= len(t) else (t, s)
+        q = len(short) // 4
+        if q >= 3 and (short[:q] in long or short[q:2 * q] in long
+                       or short[2 * q:3 * q] in long or short[3 * q:] in long):
+            candidates.append(k)
+    if candidates:
+        picked = np.asarray(candidates)
+        at = pa.array(picked)
+        for i, s, t in zip(picked, src.take(at).to_pylist(), tgt.take(at).to_pylist(),
+                           strict=True):
+            out[i] = copied_span(s or "", t or "") is not None
+    return out
+
+
+def repeated_whole(texts: pa.Array) -> np.ndarray:
+    """Sides that are one phrase written 2 or 3 times (with one byte, or none, between the
+    copies): "X. X." — a crawl that doubled a segment. The phrase must hold 3 words whose
+    letters take 12 bytes of UTF-8 (about 4 Chinese characters, 12 Latin letters): "Bye
+    bye.", "Knock knock.", "对不起，对不起" are real. Candidates by comparing a few bytes of the
+    copies (numpy over the UTF-8 buffer), then the copies whole."""
+    n = len(texts)
+    out = np.zeros(n, dtype=bool)
+    if n == 0:
+        return out
+    raw, offsets = utf8_bytes(texts)
+    start = offsets[:-1]
+    length = offsets[1:] - start
+    for k, gap in ((2, 1), (2, 0), (3, 1), (3, 0)):
+        unit, extra = np.divmod(length - (k - 1) * gap, k)
+        ok = (extra == 0) & (unit >= 8)
+        rows = np.flatnonzero(ok & ~out)
+        if not len(rows):
+            continue
+        u, o = unit[rows], start[rows]
+        for j in (0, 1, 2, 3):  # the first bytes of every copy agree
+            for c in range(1, k):
+                same = raw[o + j] == raw[o + c * (u + gap) + j]
+                rows, u, o = rows[same], u[same], o[same]
+        for i, unit_len, at in zip(rows.tolist(), u.tolist(), o.tolist(), strict=True):
+            first = raw[at:at + unit_len].tobytes()
+            if all(raw[at + c * (unit_len + gap):at + c * (unit_len + gap) + unit_len]
+                   .tobytes() == first for c in range(1, k)):
+                words = size = 0
+                for word in _COPY_WORD.finditer(first.decode("utf-8", errors="replace")):
+                    words, size = words + 1, size + len(word.group().encode())
+                    if words >= 3 and size >= 12:
+                        out[i] = True
+                        break
     return out
 
 
@@ -544,7 +677,7 @@ class RulesStage:
             ("script_mismatch", (prof.letters > 0) & (share < cfg.min_script_share)
              if known_script else None),
             ("repetition", (prof.max_char_run > cfg.max_char_run)
-             | word_runs_over(texts, cfg.max_word_run)),
+             | word_runs_over(texts, cfg.max_word_run) | repeated_whole(texts)),
         ]
         return [(f"{rule}_{side}", mask) for rule, mask in rejects if mask is not None]
 
@@ -591,6 +724,10 @@ class RulesStage:
                 same = pc.equal(letters_only(src), letters_only(tgt)).fill_null(False)
                 copied[candidates] = _np(same).astype(bool)
             rejects.append(("copied_source", copied))
+            # a long stretch of one side copied into the other (a bilingual line, a half
+            # left untranslated): the pairs no side rule took
+            rejects.append(("copied_span", copied_spans(
+                src, tgt, np.flatnonzero(~side_rejected & ~copied))))
         if cfg.numbers_must_match:
             mismatch = np.zeros(len(src), dtype=bool)
             both = np.flatnonzero((digits[0] > 0) & (digits[1] > 0))
