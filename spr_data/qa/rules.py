@@ -339,7 +339,7 @@ def copied_span(src: str, tgt: str) -> str | None:
     # a capital at the start of a sentence says nothing of a name
     opens = int(a[:run[0].start()].rstrip()[-1:] in ("", ".", "!", "?", ":", ";"))
     judged = [w.group() for w in run[opens:]]
-    if 2 * sum(1 for w in judged if w[:1].isupper()) >= len(judged) > 0:
+    if 2 * sum(1 for w in judged if w[:1].isupper()) >= len(judged):
         return None
     start, end = run[0].start(), run[-1].end()
     if _cited(a, start, end) or _cited(b, words_b[match.b].start(),
@@ -353,8 +353,9 @@ def copied_spans(src: pa.Array, tgt: pa.Array, rows: np.ndarray) -> np.ndarray:
 
     A stretch that makes half of the shorter side holds one of its quarters whole (a window
     of half a length holds one cell of a grid a quarter long), so only pairs where a quarter
-    of the shorter side, case aside, appears in the longer one are compared word by word
-    (1.5 us a pair; on the real pairs above 0.5% of them)."""
+    of the shorter side, case aside, appears in the longer one are compared word by word:
+    1.3% of the 224,378 real pairs of :func:`copied_span`, 0.3% of ``bench_clean.py``'s
+    100k corpus, at 1.8 µs a pair in all."""
     out = np.zeros(len(src), dtype=bool)
     if not len(rows):
         return out
