@@ -175,7 +175,7 @@ def test_a_word_seen_in_one_pair_explains_no_more_than_its_share(trained, traine
     (0.82 -> 0.88 on Tatoeba eng-cmn). With stems (``stem_chars``) rare forms are rarer, and
     the cap gains less on the mean: 0.780 -> 0.790, 0.853 -> 0.909 on Tatoeba eng-cmn; in the
     whole clean, the cap and the weights still take real pairs lost under junk from 2.00 to
-    1.50% (see the README)."""
+    1.50% (docs/quality.md)."""
     with_cap, without = _recall_with_and_without_cap(trained_whole_words)
     assert np.mean(with_cap) >= np.mean(without) + 0.01, (with_cap, without)
     with_cap, without = _recall_with_and_without_cap(trained)

@@ -323,7 +323,7 @@ def test_junk_is_caught_and_real_pairs_kept_at_any_share(runs: dict[str, object]
     # the old 2% quantile caught 0.30 at 25% and 0.12 at 50%. Measured here: all kinds
     # 0.93-1.00 at 25%; at 50% cut targets 1.00 but re-paired and shifted ones 0.59 — the
     # estimated loss of real pairs (which caps the threshold) comes out 2.0% where it is 0.3%:
-    # the conservative side of a mixture estimate, see README
+    # the conservative side of a mixture estimate, see docs/quality.md
     low = 0.9 if share < 0.5 else 0.5
     for kind in ("repaired", "shifted", "partial"):
         assert caught[labels == kind].mean() >= (0.95 if kind == "partial" else low), (

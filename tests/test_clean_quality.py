@@ -201,7 +201,7 @@ def test_em_by_agreement_tells_junk_from_translations_better(corpora: Path, tmp_
     """The model trained by agreement (``align.agreement``, the default) against each direction
     alone, on the same 25% junk mix: the junk only the model can catch (re-paired, misaligned,
     shifted) below the score that loses 2% of the real pairs reaching the stage. Measured:
-    Tatoeba eng-cmn 0.646 -> 0.704, Multi30k en-de 0.968 -> 0.982 (README)."""
+    Tatoeba eng-cmn 0.646 -> 0.704, Multi30k en-de 0.968 -> 0.982 (docs/quality.md)."""
     import numpy as np
 
     corpus, spec, foreign, japanese = load_corpus(corpora, name)

@@ -8,7 +8,8 @@ and a pair whose words do not explain each other gets a low score.
 
 Scoring. Tokens come from :func:`alignment_tokens`, each side cut to ``max_score_tokens``
 and each word to its first ``stem_chars`` code points (6: a word's forms learn their links
-together, in training as in scoring; the README's *align* section has the measurements).
+together, in training as in scoring; the measurements: docs/quality.md, *The align stage in
+detail*).
 The *link strength* of a source word ``e`` and a target word ``f`` is the mean of both
 directions' probabilities, ``a(e, f) = (t(f|e) + t(e|f)) / 2``. For a pair with source tokens
 ``e_1..e_l`` and target tokens ``f_1..f_m``::
@@ -89,7 +90,7 @@ corpora x 10/25/50% junk, 8,000-row mixes): re-paired, misaligned and shifted ju
 seed 7: 0.655 -> 0.742, 15 of 18 better); 30,000-row mixes 0.958 -> 0.961. The cost: a target
 that is part of the translation looks more like one (cut to its first half, 0.58 -> 0.31
 below the real pairs' 2% quantile on Multi30k; in ``clean`` 0.54 -> 0.52). What it changed in
-``clean``: the README's quality section.
+``clean``: docs/quality.md, *Quality on real pairs*.
 
 Memory and time are bounded: at most ``max_train_pairs`` pairs (a seeded subsample), each side
 cut to ``max_train_tokens`` tokens, vocabularies capped at ``max_vocab`` words per side (the
@@ -2043,7 +2044,7 @@ def calibrate(corpus: NDArray[Any], negatives: NDArray[Any], *, negative_recall:
     # posterior from their mean, the share the report gives: from the higher one alone, a
     # short real pair's score looked like junk wherever the corpus' low tail was thin
     # (Tatoeba eng-cmn without junk lost 1.60% of its real pairs, 1.21% from the mean; the
-    # junk caught the same at every junk level of the README's sweep but one, by one pair)
+    # junk caught the same at every junk level of the quality sweep but one, by one pair)
     groups, bound_f, weights = fit(usable)
     all_groups, _, all_weights = fit(finite)
     share = float(min(1.0, weights.sum()))

@@ -62,7 +62,7 @@ _SLICE_ROWS = 32768
 #: the threshold, a high quantile of them, a matter of a handful of pairs
 _MIN_NEGATIVES_PER_KIND = 200
 #: the most the held-out rows' estimated misaligned share may exceed the trained rows' before
-#: the report warns: 0.04 at most on the README's 24 corpus-levels; 0.10-0.33 on 8 of 23
+#: the report warns: 0.04 at most on the quality sweep's 24 corpus-levels; 0.10-0.33 on 8 of 23
 #: clean Tatoeba test sets of 307-1,000 pairs, which lost 2.7-10.4% of their rows
 _SEEN_UNSEEN_GAP = 0.1
 #: row_hash salt of the training sample (negatives use salts 0-2)
@@ -128,7 +128,8 @@ class AlignStage:
           place of the rows they are made from in training, as junk takes the place of a pair
           in a corpus — its source then appears nowhere else, its target once more — and are
           scored with the corpus' rows (no cut-side kinds: they calibrate nothing, and the
-          rows they held out were decided as unseen, worse: README, *Quality on real pairs*);
+          rows they held out were decided as unseen, worse: docs/quality.md, *Quality on
+          real pairs*);
         * *unseen* (the rows they replaced, and every row beyond ``max_train_pairs``): the
           replaced rows are a random sample of the corpus the model never saw; negatives made
           from them, also unseen, calibrate the threshold for such rows.

@@ -322,7 +322,8 @@ def copied_span(src: str, tgt: str) -> str | None:
     cited in quotation marks or brackets on either side (a sign's text, the original of a
     quote), URLs, e-mail addresses and @handles (left out before comparing), numbers and
     one-letter Latin words (not counted). Measured on 224,378 real pairs (Tatoeba, Multi30k,
-    NTREX's 32 languages, the WMT sample, microtopia): README, *Copied text*."""
+    NTREX's 32 languages, the WMT sample, microtopia): docs/quality.md, *Copied text:
+    measurements*."""
     a, b = _URL.sub(" ", src), _URL.sub(" ", tgt)
     # one Latin letter is no word to count: a clitic ("I'd", "can't") or an article
     words_a = [w for w in _COPY_WORD.finditer(a) if len(w.group()) > 1 or not w.group().isascii()]
