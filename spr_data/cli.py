@@ -277,6 +277,9 @@ def ingest(
     executor: ExecutorOption = "local",
     ray_address: RayAddressOption = None,
     work_dir: WorkDirOption = None,
+    allow_heavy_loss: Annotated[bool, typer.Option(
+        "--allow-heavy-loss", help="Write the dataset even when one reason rejects more than "
+        "half of the records.")] = False,
 ) -> None:
     """Turn raw corpora into a sharded Arrow dataset with a manifest."""
     from spr_data import render
@@ -294,7 +297,7 @@ def ingest(
             keys=_split_list(keys), shard_rows=shard_rows, shard_bytes=parse_size(shard_bytes),
             overwrite=overwrite, on_progress=progress,
             retry=_reader(retries, None).retry, workers=None if runner else workers,
-            executor=runner, work_dir=work_dir)
+            executor=runner, work_dir=work_dir, allow_heavy_loss=allow_heavy_loss)
     if as_json:
         console.print_json(summary.to_json())
     else:

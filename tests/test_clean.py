@@ -270,3 +270,15 @@ def test_kill_9_mid_run_then_resume_gives_the_same_bytes(multi30k: Path, tmp_pat
         resumed = json.loads((out / sub / "manifest.json").read_text())["shards"]
         assert whole == resumed
     assert verify_dataset(out).ok
+
+
+def test_progress_names_each_step_whole_corpus_ones_included(multi30k: Path, tmp_path: Path):
+    """The alignment model's training is half a run: it reports as a step of its own, started
+    and done, between the score and decide steps (a score bar standing still said nothing)."""
+    heard: list[tuple[str, int, int]] = []
+    report = clean(multi30k, tmp_path / "out", workers=1,
+                   on_progress=lambda *event: heard.append(event))
+    steps = list(dict.fromkeys(step for step, _, _ in heard))
+    assert steps == ["score", "dedup", "align", "decide"]
+    align = [(done, total) for step, done, total in heard if step == "align"]
+    assert align == [(0, report.rows_in), (report.rows_in, report.rows_in)]

@@ -65,3 +65,57 @@ def test_the_share_is_a_recipe_key(mislabelled: Path, tmp_path: Path):
         wrong.write_text(f"max_reason_share = {bad}\n")
         with pytest.raises(InputError, match="max_reason_share"):
             clean(mislabelled, tmp_path / "never", recipe=wrong)
+
+
+def _tatoeba_tsv(corpora: Path, path: Path, first_line: str) -> Path:
+    """Tatoeba eng-ben's TSV (3 fields a line) with its first line replaced."""
+    lines = (corpora / "parallel/tatoeba_manythings_eng-ben.tsv").read_text(
+        encoding="utf-8-sig").splitlines()
+    path.write_text("\n".join([first_line, *lines[1:]]) + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_stray_tab_on_a_tsvs_first_line_rejects_that_line_alone(corpora: Path,
+                                                                  tmp_path: Path):
+    """The field count is the one most lines have, not the first line's."""
+    tsv = _tatoeba_tsv(corpora, tmp_path / "in.eng-ben.tsv", "Go.\tযাও।\t\t")
+    summary = ingest([tsv], tmp_path / "ds")
+    assert summary.rejects == {"tsv_field_count": 1}
+    assert summary.rows == summary.records - 1 > 4000
+
+
+def test_ingest_refuses_a_dataset_most_of_whose_records_one_reason_rejects(tmp_path: Path):
+    """A TSV read as three columns when most lines hold two: nothing written, exit 1, the
+    reason, its share and its first record named; the flag writes it."""
+    tsv = tmp_path / "pairs.en-de.tsv"
+    tsv.write_text("".join(f"a{i}\tb{i}\tc{i}\n" for i in range(3))
+                   + "".join(f"a{i}\tb{i}\n" for i in range(3, 40)), encoding="utf-8")
+    with pytest.raises(DataLossError) as caught:
+        ingest([tsv], tmp_path / "ds", columns=["0", "2"])
+    message = str(caught.value)
+    assert "tsv_field_count rejects 37 of the 40 records (92%)" in message
+    assert "line 4: 'a3\\tb3'" in message and "--columns" in message
+    assert not (tmp_path / "ds").exists() or not any((tmp_path / "ds").iterdir())
+    refused = run_cli("ingest", tsv, "--out", tmp_path / "cli", "--columns", "0,2", "--quiet")
+    assert refused.exit_code == 1 and "--allow-heavy-loss" in refused.stderr
+    accepted = run_cli("ingest", tsv, "--out", tmp_path / "cli", "--columns", "0,2", "--quiet",
+                       "--allow-heavy-loss")
+    assert accepted.exit_code == 0, accepted.stderr
+    assert len(open_dataset(tmp_path / "cli")) == 3
+
+
+def test_too_few_pairs_for_align_after_a_wrong_language_says_so(corpora: Path,
+                                                                tmp_path: Path):
+    """Swapped sides: the rules take nearly every row before align, whose error says so
+    instead of only 'a corpus this small'."""
+    import gzip
+    sides = []
+    for name, lang in (("a.txt", "de"), ("b.txt", "en")):  # names that say no language
+        sides.append(tmp_path / name)
+        sides[-1].write_bytes(gzip.decompress(
+            (corpora / f"parallel/multi30k/val.{lang}.gz").read_bytes()))
+    ingest(sides, tmp_path / "ds", format="moses", langs=["en", "de"])
+    with pytest.raises(InputError) as caught:
+        clean(tmp_path / "ds", tmp_path / "out", workers=1)
+    assert "rows passed the stages before align" in str(caught.value)
+    assert "of the 1,014 rows" in str(caught.value)

@@ -568,7 +568,8 @@ def clean(
 ) -> CleanReport:
     """Clean ``dataset`` into ``out`` (kept rows) and ``out/_rejects`` (every rejected row).
 
-    ``on_progress(step, done, total)`` reports rows done per step (score, decide). A run
+    ``on_progress(step, done, total)`` reports rows done per step (score, each whole-corpus
+    stage — dedup, align — at its start and end, decide). A run
     killed at any point resumes where it stopped when started again with the same inputs and
     recipe. A dataset on a network filesystem or URL is read as ``reader`` says, its shards
     copied (verified) to local disk for the workers. When one reason rejects more than the
@@ -641,7 +642,13 @@ def _run(run: ShardRun, recipe: Recipe, stages: list[Stage],
     for position, stage in enumerate(stages):
         if isinstance(stage, CorpusStage):
             clock = time.perf_counter()
+            # a whole-corpus step (the alignment model's training: half a run at 100k rows)
+            # shows as a bar of its own, done when it is, rather than a score bar standing still
+            if run.on_progress is not None:
+                run.on_progress(stage.name, 0, run.rows)
             states[stage.name] = _combine(run, stages, position, states)
+            if run.on_progress is not None:
+                run.on_progress(stage.name, run.rows, run.rows)
             timings[_TIMING.get(stage.name, stage.name)] = time.perf_counter() - clock
     clock = time.perf_counter()
     encoded = tuple((name, json.dumps(state)) for name, state in states.items())

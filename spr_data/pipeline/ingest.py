@@ -103,6 +103,7 @@ def ingest(
     workers: int | None = None,
     executor: Executor | None = None,
     work_dir: str | Path | None = None,
+    allow_heavy_loss: bool = False,
 ) -> IngestSummary:
     """Read ``inputs`` and write the dataset directory ``out``.
 
@@ -112,7 +113,9 @@ def ingest(
     inputs are parsed in parallel on ``executor``, or ``workers`` local processes (default: all
     cores when the inputs hold 16 MiB or more); the output is the same bytes either way. An
     ``out`` on an object store (``s3://bucket/prefix``) is written in ``work_dir`` (default: a
-    directory per URL in the user's cache), then uploaded, manifest last.
+    directory per URL in the user's cache), then uploaded, manifest last. When one reason
+    rejects more than half of the records (a stray tab on a TSV's first line, the wrong
+    ``--format``), nothing is written (:class:`DataLossError`) unless ``allow_heavy_loss``.
     """
     started = time.perf_counter()
     location = check_output_location(out)
@@ -140,7 +143,7 @@ def ingest(
             prepare_output(out, overwrite=overwrite or target is not None)
             manifest, lineage, counts, next_id = _write_dataset(
                 plan, out, format, columns, keys, shard_rows, shard_bytes, advance,
-                workers=workers, executor=executor)
+                workers=workers, executor=executor, allow_heavy_loss=allow_heavy_loss)
         if target is not None:
             target.upload(out)
             target.remove_run_dir()
@@ -156,7 +159,7 @@ def ingest(
 def _write_dataset(plan: SourcePlan, out: Path, format: str | None, columns: Sequence[str] | None,
                    keys: Sequence[str] | None, shard_rows: int | None, shard_bytes: int | None,
                    advance: Callable[[int], None], *, workers: int | None,
-                   executor: Executor | None,
+                   executor: Executor | None, allow_heavy_loss: bool = False,
                    ) -> tuple[Manifest, dict[str, Any], dict[str, int], int]:
     """Write the shards and manifests into ``out`` (locked and prepared); on any error remove
     exactly the files this run wrote, as its work state recorded them."""
@@ -166,6 +169,7 @@ def _write_dataset(plan: SourcePlan, out: Path, format: str | None, columns: Seq
     schema = rows_schema(plan.kind)
     writers: list[ShardWriter] = []
     reject_counts: Counter[str] = Counter()
+    first_rejects: dict[str, tuple[int, int, bytes]] = {}
     next_id = 0
     try:
         tag = temp_tag(out)  # recorded in the work state before any temp file is made
@@ -180,9 +184,12 @@ def _write_dataset(plan: SourcePlan, out: Path, format: str | None, columns: Seq
         for input_index, chunks, source_lineage in _parsed(plan, out, advance, workers,
                                                            executor):
             for chunk in chunks:
-                _write_chunk(chunk, input_index, next_id, schema, rows, rejects, reject_counts)
+                _write_chunk(chunk, input_index, next_id, schema, rows, rejects, reject_counts,
+                             first_rejects)
                 next_id += len(chunk)
             inputs_lineage.append(source_lineage())
+        if not allow_heavy_loss:
+            _check_heavy_loss(plan, reject_counts, first_rejects, next_id)
         lineage = {
             "stage": "ingest",
             "tool": "spr-data",
@@ -416,8 +423,34 @@ def _check_out_name(out: Path) -> None:
                          "and Arrow can only open UTF-8 file names; choose another name")
 
 
+#: one reason rejecting more than this share of all records stops ingest (as a share of
+#: rows does ``clean``, recipe key ``max_reason_share``): the options do not fit the data
+HEAVY_LOSS_SHARE = 0.5
+
+
+def _check_heavy_loss(plan: SourcePlan, counts: Counter[str],
+                      first: dict[str, tuple[int, int, bytes]], records: int) -> None:
+    """Refuse a dataset most of whose records one reason rejected, naming the reason, its
+    share and its first record, with what to change (the inputs whose every record was
+    rejected are refused earlier, by :class:`_Tally`)."""
+    if not counts:
+        return
+    reason, n = max(counts.items(), key=lambda item: (item[1], item[0]))
+    if n <= HEAVY_LOSS_SHARE * records:
+        return
+    input_index, line, raw = first[reason]
+    where = plan.sources[input_index].files[0].where
+    snippet = raw[:80].decode("utf-8", "replace")
+    raise DataLossError(
+        f"{reason} rejects {n:,} of the {records:,} records ({n / records:.0%}), so no dataset "
+        f"was written; the first, {where} line {line}: {snippet!r}"
+        + _NEXT_STEP.get(reason, "") + "; pass --allow-heavy-loss (allow_heavy_loss=True) to "
+        "write it anyway")
+
+
 def _write_chunk(chunk: RecordChunk, input_index: int, first_id: int, schema: pa.Schema,
-                 rows: ShardWriter, rejects: ShardWriter, reject_counts: Counter[str]) -> None:
+                 rows: ShardWriter, rejects: ShardWriter, reject_counts: Counter[str],
+                 first_rejects: dict[str, tuple[int, int, bytes]]) -> None:
     n = len(chunk)
     ids = pa.array(np.arange(first_id, first_id + n, dtype=np.uint64))
     origin = pa.StructArray.from_arrays(
@@ -433,7 +466,12 @@ def _write_chunk(chunk: RecordChunk, input_index: int, first_id: int, schema: pa
     rows.write(batch.filter(pa.array(~bad)))
     reasons = _REASONS[chunk.codes[bad]]
     reject_counts.update(reasons.tolist())
+    raw = chunk.raw(bad)
+    for reason in set(reasons.tolist()) - first_rejects.keys():  # each reason's first record
+        at = int(np.argmax(reasons == reason))
+        line = chunk.first_line + int(np.flatnonzero(bad)[at])
+        first_rejects[reason] = (input_index, line, bytes(raw[at].as_py()))
     rejects.write(pa.RecordBatch.from_arrays(
         [ids.filter(pa.array(bad)), origin.filter(pa.array(bad)),
-         pa.array(reasons, pa.string()), chunk.raw(bad)],
+         pa.array(reasons, pa.string()), raw],
         schema=rejects.schema))

@@ -113,8 +113,10 @@ def open_input(dataset: str | Path, out: str | Path, *, command: str,
     if same:
         raise InputError("--out must differ from the input dataset")
     if not len(source):
+        rejected = source.manifest.rows_in
         raise DatasetError(f"{dataset} has no rows to {command}"
-                           + (" (its inputs were all rejected at ingest; see its rejects)"
+                           + ((f" (all {rejected:,} records that entered it were rejected; "
+                               "see its rejects)" if rejected else " (its inputs held no records)")
                               if command == "clean" else ""))
     return source
 

@@ -153,8 +153,9 @@ class AlignStage:
         src, tgt, ids, words = _training_pairs(context, cfg.max_train_pairs, cfg.seed,
                                                sized=sized, stem=cfg.stem_chars)
         if len(src) == 0:
-            raise SprDataError("no pairs left to train the alignment model on; loosen the "
-                               "rules or name align.trusted in the recipe")
+            raise SprDataError("no pairs left to train the alignment model on"
+                               + _reach_note(context, 0) + "; loosen the rules or name "
+                               "align.trusted in the recipe")
         src, tgt = src.cast(pa.large_string()), tgt.cast(pa.large_string())
         pa.default_memory_pool().release_unused()  # what reading the units' rows left
         drawn = len(src)
@@ -261,9 +262,9 @@ class AlignStage:
                                  mixture=np.isin(kinds,
                                                  [NEGATIVE_KINDS.index(k)
                                                   for k in _MIXTURE_KINDS]))
-            except InputError:
+            except InputError as error:
                 if cfg.min_score is None and cfg.quantile is None:
-                    raise
+                    raise InputError(str(error) + _reach_note(context, drawn)) from None
                 # too few pairs for negatives, and a threshold set by hand: nothing to estimate
                 return Calibration(threshold=float("-inf"), misaligned_share=0.0,
                                    negatives_rejected=0.0, real_rejected=0.0,
@@ -526,6 +527,22 @@ class AlignStage:
             "rejected_low_alignment": _histogram(scores[low_alignment]),
             "rejected_other": _histogram(scores[final & ~low_alignment])}
         return out
+
+
+def _reach_note(context: CombineContext, reached: int) -> str:
+    """Why the align stage may have too few pairs, when the stages before it rejected most
+    rows: a wrong language code or swapped sides, not a corpus too small (the clean run's
+    heavy-loss check names the reason only once every stage has decided)."""
+    rows = 0
+    for path in context.scored:
+        with pa.memory_map(str(path)) as source:
+            reader = pa.ipc.open_file(source)
+            rows += sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
+    if not rows or reached > 0.5 * rows:
+        return ""
+    return (f" (only {reached:,} of the {rows:,} rows passed the stages before align: check "
+            "the dataset's languages and sides, `spr-data info`, and the recipe; a run "
+            "without the align stage names the reason that took them)")
 
 
 def _p_values(scores: np.ndarray, seen: np.ndarray, info: dict[str, Any]) -> np.ndarray:

@@ -33,7 +33,7 @@ REJECT_REASONS = (
     "nul_byte",  # a U+0000 character
     "empty_line",  # a blank line (both lines blank, for a Moses pair)
     "invalid_json",  # JSONL: the line is not a JSON object
-    "tsv_field_count",  # TSV: a different number of tab-separated fields than the file's first line
+    "tsv_field_count",  # TSV: another number of tab-separated fields than most of the first lines
     "missing_key",  # JSONL: a chosen key is absent
     "not_a_string",  # JSONL: a chosen key holds something other than a string
     "null_field",  # Parquet: a chosen column is null

@@ -1,4 +1,5 @@
-"""TSV: tab-separated fields, quotes literal; the first line fixes the field count."""
+"""TSV: tab-separated fields, quotes literal; the first block's most common count of fields
+fixes the field count."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ from spr_data.schema import Kind
 
 
 class TsvSource(Source):
-    """Tab-separated fields; quotes are literal text. The first line fixes the field count."""
+    """Tab-separated fields; quotes are literal text. The field count most lines of the first
+    block of lines have is the file's: a line with another count is ``tsv_field_count``."""
 
     format = "tsv"
     extensions: ClassVar[tuple[str, ...]] = (".tsv",)
@@ -56,10 +58,13 @@ class TsvSource(Source):
             mark(codes, has_nul(text), "nul_byte")
             mark(codes, is_empty(text), "empty_line")
             if self.expected_fields is None:
+                # the field count most lines of the first block have (of those with the
+                # columns asked for): one stray tab on the first line must not make every
+                # other line a reject
                 nfields = ints(pc.count_substring(text, "\t")) + 1
-                candidates = np.flatnonzero((codes < 0) & (nfields >= needed))
+                candidates = nfields[(codes < 0) & (nfields >= needed)]
                 if len(candidates):
-                    self.expected_fields = int(nfields[candidates[0]])
+                    self.expected_fields = int(np.bincount(candidates).argmax())
             expected = self.expected_fields or needed
             # split at most `expected` times: a line with more fields shows as expected + 1
             parts = pc.split_pattern(text, pattern="\t", max_splits=expected)
