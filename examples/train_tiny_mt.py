@@ -156,7 +156,7 @@ def _train(work: Path, *, data: Path | None, steps: int, max_tokens: int, save_e
                             quarantine=work / "quarantine.jsonl")
     data_iter = SprIterableDataset(dataset, max_tokens=max_tokens, seed=seed,
                                    pad_id=model.pad, window=4096)
-    coverage = CoverageMonitor(dataset)  # counts one epoch's row ids: 1 bit per row
+    coverage = CoverageMonitor(dataset, loader=data_iter)  # one epoch's ids: 1 bit a row
     checkpoint = work / "checkpoint.pt"
     step, epoch, done_in_epoch = 0, 0, 0
     if resume and checkpoint.exists():
@@ -181,7 +181,7 @@ def _train(work: Path, *, data: Path | None, steps: int, max_tokens: int, save_e
         whole_epoch = done_in_epoch == 0  # this run sees the epoch from its first batch
         if whole_epoch:
             data_iter.set_epoch(epoch)
-            coverage = CoverageMonitor(dataset)
+            coverage = CoverageMonitor(dataset, loader=data_iter)
         for batch in data_iter:
             loss = loss_of(model, batch)
             loss.backward()

@@ -182,6 +182,33 @@ def test_coverage_monitor_catches_missed_and_repeated_rows(dataset: Path):
         monitor.end_epoch()
 
 
+@pytest.mark.parametrize("drop_remainder", [True, False])
+def test_coverage_monitor_allows_what_the_loader_leaves_out_by_design(dataset: Path,
+                                                                     drop_remainder: bool):
+    """The default loader drops its last partial batch (4,387 rows in batches of 64: 35
+    rows): strict with the loader, a correct epoch passes; rows lost beyond it still fail."""
+    from spr_data.pipeline.torch_data import CoverageMonitor
+
+    ds = SprIterableDataset(dataset, batch_size=64, drop_remainder=drop_remainder)
+    monitor = CoverageMonitor(dataset, strict=True, loader=ds)
+    for batch in ds:
+        monitor.update(batch["ids"])
+    figures = monitor.end_epoch()
+    assert (figures["missed"], figures["repeats"]) == ((35, 0) if drop_remainder else (0, 29))
+    assert figures["dropped_by_design"] == figures["missed"]
+    assert figures["repeated_by_design"] == figures["repeats"]
+    for k, batch in enumerate(ds):
+        if k:  # one batch lost: 64 rows more than the design drops
+            monitor.update(batch["ids"])
+    with pytest.raises(RuntimeError, match="by design"):
+        monitor.end_epoch()
+    without = CoverageMonitor(dataset, strict=True)
+    for batch in ds:
+        without.update(batch["ids"])
+    with pytest.raises(RuntimeError, match="loader=" if drop_remainder else "repeated"):
+        without.end_epoch()
+
+
 def test_coverage_monitor_is_not_sized_by_a_forged_id_bound(dataset: Path, tmp_path: Path):
     """id_bound = 10**18 passes every check (rows <= rows_in <= id_bound < 2**63): a bitmap
     over it would be 111 PiB. Above 64 ids a row the monitor keeps the ids instead."""
@@ -197,7 +224,8 @@ def test_coverage_monitor_is_not_sized_by_a_forged_id_bound(dataset: Path, tmp_p
     monitor = CoverageMonitor(copy, strict=True)
     monitor.update(np.arange(4387))
     assert monitor.end_epoch() == {"epoch": 0, "seen": 4387, "distinct_rows": 4387,
-                                   "repeats": 0, "missed": 0, "coverage": 1.0}
+                                   "repeats": 0, "missed": 0, "coverage": 1.0,
+                                   "dropped_by_design": 0, "repeated_by_design": 0}
     monitor.update(np.arange(2000))
     monitor.update(np.arange(2000))
     with pytest.raises(RuntimeError, match="2,000 repeated"):

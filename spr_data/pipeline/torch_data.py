@@ -178,6 +178,24 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
                 self._plans = {key: p}
         return self._plans[key]
 
+    def by_design(self, epoch: int | None = None) -> dict[str, int]:
+        """Rows an epoch (this one by default) leaves out or reads twice on purpose, over all
+        ranks: the remainder that fills no whole batch (``drop_remainder``), or the rows its
+        last batches read again from the start. What :class:`CoverageMonitor` and ``audit``
+        allow for."""
+        if self.max_tokens is None:
+            assert self.batch_size is not None  # noqa: S101 - checked in __init__
+            p = plan(self.rows, world_size=self.world_size, batch_size=self.batch_size,
+                     drop_remainder=self.drop_remainder)
+            return {"dropped": p.dropped, "repeated": p.repeated}
+        t = token_plan(self.rows, self.sizes_of, max_tokens=self.max_tokens, seed=self.seed,
+                       epoch=self.epoch if epoch is None else epoch,
+                       world_size=self.world_size, workers=1,
+                       drop_remainder=self.drop_remainder, max_rows=self.batch_size,
+                       window=self.window, block=self.block)
+        return {"dropped": sum(len(t.rows_of(k)) for k in t.dropped_batches),
+                "repeated": sum(len(t.rows_of(k)) for k in t.repeated_batches)}
+
     def sizes_of(self, rows: np.ndarray) -> np.ndarray:
         """The size of each row for the token budget: its longest token-id sequence."""
         return row_sizes(self._open())(rows)
@@ -355,11 +373,15 @@ class CoverageMonitor:
     a forged manifest) it keeps the ids seen instead, 8 bytes each.
 
     ``update(batch["ids"])`` on every step; ``end_epoch()`` returns the figures and warns —
-    or raises with ``strict`` — unless every row was seen exactly once.
+    or raises with ``strict`` — unless every row was seen exactly once. With ``loader`` (the
+    :class:`SprIterableDataset` that feeds the steps) the rows its epoch leaves out or reads
+    twice by design (``drop_remainder``: the last partial batch) in its current epoch are
+    expected, not an error.
     """
 
     def __init__(self, path: str | Path, *, strict: bool = False,
-                 reader: ReaderOptions | None = None) -> None:
+                 reader: ReaderOptions | None = None,
+                 loader: SprIterableDataset | None = None) -> None:
         dataset = open_dataset(path, reader=reader)
         dataset.check_sizes()  # the rows are then bounded by the files, not only the manifest
         self.rows = len(dataset)
@@ -374,6 +396,10 @@ class CoverageMonitor:
         self._seen = 0
         self._repeats = 0
         self.epoch = 0
+        self.loader = loader
+        if loader is not None and loader.rows != self.rows:
+            raise InputError(f"the loader reads {loader.rows:,} rows and {path} holds "
+                             f"{self.rows:,}: give the monitor the loader's dataset")
 
     def update(self, ids: Any) -> None:
         values = np.asarray(ids.cpu() if hasattr(ids, "cpu") else ids, dtype=np.int64)
@@ -402,11 +428,21 @@ class CoverageMonitor:
         result = {"epoch": self.epoch, "seen": self._seen, "distinct_rows": distinct,
                   "repeats": self._repeats, "missed": self.rows - distinct,
                   "coverage": round(distinct / max(self.rows, 1), 6)}
+        design = (self.loader.by_design() if self.loader is not None
+                  else {"dropped": 0, "repeated": 0})
+        result["dropped_by_design"] = design["dropped"]
+        result["repeated_by_design"] = design["repeated"]
         self._seen = self._repeats = 0
         self.epoch += 1
-        if result["missed"] or result["repeats"]:
+        if result["missed"] != design["dropped"] or result["repeats"] != design["repeated"]:
             message = (f"epoch {result['epoch']}: {distinct:,} of {self.rows:,} rows seen, "
                        f"{result['missed']:,} missed, {result['repeats']:,} repeated")
+            if design["dropped"] or design["repeated"]:
+                message += (f" ({design['dropped']:,} dropped and {design['repeated']:,} "
+                            "repeated by design)")
+            elif result["missed"] and self.loader is None:
+                message += (" (a loader that drops its last partial batch misses rows by "
+                            "design: pass it as loader= to allow for them)")
             if self.strict:
                 raise RuntimeError(message)
             import warnings
