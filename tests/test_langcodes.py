@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from spr_data import ingest
+from spr_data import InputError, ingest
 from spr_data.langcodes import _COUNTRY_LANGUAGE, LanguageCodeError, check_lang, problem, suggest
 from spr_data.pipeline.sources import parse_langs
 from spr_data.qa.scripts import normalize_lang
@@ -121,3 +122,48 @@ def test_side_suffixes_are_no_languages(tmp_path: Path):
     (tmp_path / "train.tgt").write_text("Hallo Welt\n")
     summary = ingest([tmp_path / "train.src", tmp_path / "train.tgt"], tmp_path / "ds")
     assert summary.langs == ["und", "und"] and summary.rows == 1
+
+
+@pytest.mark.parametrize(("names", "langs", "said"), [
+    (("val.en", "val.de"), ["en", "fr"], "val.de says de for the target, not fr"),
+    (("val.en", "val.de"), ["en", "dee"], "val.de says de for the target, not dee"),  # Dewoin
+    (("val.en", "val.de"), ["de", "en"], "(the source) says en"),  # swapped
+    (("pairs.eng-cmn.tsv",), ["cmn", "eng"], "pairs.eng-cmn.tsv's name says eng-cmn"),
+    (("pairs.en-de.tsv",), ["en", "fr"], "pairs.en-de.tsv says de for the target, not fr"),
+])
+def test_langs_a_file_name_contradicts_are_refused(tmp_path: Path, names: tuple[str, ...],
+                                                   langs: list[str], said: str):
+    files = []
+    for name in names:
+        files.append(tmp_path / name)
+        files[-1].write_text("Hello world\tHallo Welt\n" if name.endswith(".tsv")
+                             else "Hello world\n")
+    with pytest.raises(InputError, match=re.escape(said)):
+        ingest(files, tmp_path / "ds", langs=langs)
+    assert not (tmp_path / "ds").exists()
+
+
+@pytest.mark.parametrize(("names", "langs"), [
+    (("train.eng", "train.deu"), ["en", "de"]),  # other codes of the same languages
+    (("train.zh", "train.en"), ["zh-CN", "en"]),
+    (("train.en", "train.zh"), ["eng", "cmn"]),
+    (("pairs.en-zh.tsv",), ["en", "yue"]),  # no ISO 639-1 code for Cantonese: not surely other
+])
+def test_langs_a_file_name_allows_are_accepted(tmp_path: Path, names: tuple[str, ...],
+                                              langs: list[str]):
+    files = []
+    for name in names:
+        files.append(tmp_path / name)
+        files[-1].write_text("Hello world\tHallo Welt\n" if name.endswith(".tsv")
+                             else "Hello world\n")
+    assert ingest(files, tmp_path / "ds", langs=langs).langs == langs
+
+
+def test_inputs_of_different_pairs_are_refused_not_labelled_und(tmp_path: Path):
+    """As und-und, language id and the alignment model would check nothing."""
+    for name in ("a.en", "a.de", "b.en", "b.fr"):
+        (tmp_path / name).write_text("Hello world\n")
+    files = [tmp_path / n for n in ("a.en", "a.de", "b.en", "b.fr")]
+    with pytest.raises(InputError, match=r"different language pairs \(en-de, en-fr\)"):
+        ingest(files, tmp_path / "ds")
+    assert ingest(files, tmp_path / "ok", langs=["en", "mul"]).langs == ["en", "mul"]

@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spr_data.errors import InputError
-from spr_data.langcodes import check_lang
+from spr_data.langcodes import check_lang, problem, suggest
 from spr_data.pipeline.sources.base import COMPRESSIONS, InputFile, Selection, Source
 from spr_data.pipeline.sources.jsonl import JsonlSource
 from spr_data.pipeline.sources.moses import MosesSource
 from spr_data.pipeline.sources.parquet import ParquetSource
 from spr_data.pipeline.sources.text import TextSource
 from spr_data.pipeline.sources.tsv import TsvSource
+from spr_data.qa.scripts import normalize_lang
 from spr_data.reader import RetryPolicy, file_size, filesystem_for, is_url
 from spr_data.schema import Kind
 
@@ -73,19 +74,46 @@ def _moses_langs(a: Path, b: Path) -> tuple[str, str] | None:
 
 
 def _check_langs_fit_names(langs: Sequence[str] | None, files: Sequence[str],
-                           names: tuple[str, str]) -> None:
-    """Refuse ``--langs`` that swaps a Moses pair's suffix languages: the first file is always
-    the source, so ``q.en q.de --langs de-en`` would store English labelled ``de``."""
-    if langs is None or len(langs) != 2:
+                           names: Sequence[str]) -> None:
+    """Refuse ``--langs`` that the file names contradict: a swapped Moses pair (the first
+    file is always the source, so ``q.en q.de --langs de-en`` would store English labelled
+    ``de``), another language than a name gives (``val.de --langs en-fr``), or a typo of it
+    (``en-dee``, a real code: Dewoin). Different codes of one language are no contradiction
+    (``--langs en-de`` for ``train.eng train.deu``)."""
+    if langs is None or len(langs) != len(names):
         return
-    for side in (0, 1):
+    for side in range(len(names) if len(names) == 2 else 0):
         own, other = names[side], names[1 - side]
         if _lang_closeness(langs[side], other) > _lang_closeness(langs[side], own):
+            said = (f"{files[0]} (the source) says {names[0]} and {files[1]} (the target) "
+                    f"says {names[1]}" if len(files) == 2
+                    else f"{files[0]}'s name says {names[0]}-{names[1]}")
             raise InputError(
-                f"--langs {','.join(langs)} contradicts the file names: {files[0]} (the source) "
-                f"says {names[0]} and {files[1]} (the target) says {names[1]}; pass --langs "
-                f"{names[0]},{names[1]}, or list the files in the order of --langs"
+                f"--langs {','.join(langs)} contradicts the file names: {said}; pass --langs "
+                f"{names[0]},{names[1]}"
+                + (", or list the files in the order of --langs" if len(files) == 2 else "")
             )
+    for side, (given, named) in enumerate(zip(langs, names, strict=True)):
+        if _names_another_language(given, named):
+            where = files[side] if len(files) == len(names) else files[0]
+            role = ("" if len(names) == 1 else " for the source" if side == 0
+                    else " for the target")
+            raise InputError(
+                f"--langs {','.join(langs)} contradicts the file name: {where} says {named}"
+                f"{role}, not {given}; pass --langs {','.join(names)}, or rename the file "
+                "if its name is wrong")
+
+
+def _names_another_language(given: str, named: str) -> bool:
+    """Whether code ``given`` is surely not the language a file name's ``named`` code says:
+    both have ISO 639-1 codes and they differ, or ``given`` is a likely typo of ``named`` (a
+    name's code that is no language code, ``train.ge``, says nothing)."""
+    a, b = normalize_lang(given), normalize_lang(named)
+    if a == b or problem(named) is not None:  # train.ge: the name gives no language
+        return False
+    if len(a) == 2 and len(b) == 2:
+        return True
+    return named.lower() in suggest(given.lower().split("-")[0])
 
 
 def _lang_closeness(a: str, b: str) -> int:
@@ -220,6 +248,7 @@ def plan_sources(
             found = langs_from_name(ps[0], final_kind)
             if found:
                 guessed.add(tuple(found))
+                _check_langs_fit_names(langs, [shown(ps[0])], found)
             # JSONL keys and Parquet columns: named as chosen, else the languages (given, or
             # from the file name: pairs.en-bn.jsonl holds "en" and "bn"), else src/tgt (text)
             lang_keys = list(langs) if langs else found
@@ -228,6 +257,14 @@ def plan_sources(
         selection = Selection(columns=columns, keys=keys, candidates=candidates)
         sources.append(SOURCES[fmt].from_plan(files, final_kind, selection))
 
+    named = {pair for pair in guessed if not set(pair) <= _SIDE_SUFFIXES}
+    if langs is None and final_kind == "parallel" and len(named) > 1:
+        # a dataset is one language pair: as "und-und", language id and the alignment model
+        # would check nothing (a mono mix is a multilingual corpus, labelled "und")
+        raise InputError(
+            "the inputs' names give different language pairs ("
+            + ", ".join("-".join(pair) for pair in sorted(named)) + "): ingest each pair into "
+            "a dataset of its own, or pass --langs if they really are one pair")
     if langs is not None:
         final_langs = list(langs)
     elif len(guessed) == 1:
