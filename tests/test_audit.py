@@ -111,6 +111,24 @@ def test_accounting_follows_the_lineage_through_clean(multi30k: Path, tmp_path: 
     assert not broken.checks["accounting"]["ok"]
 
 
+def test_accounting_follows_a_tree_that_was_moved(corpora: Path, tmp_path: Path):
+    """A dataset and the clean made of it, moved together: the lineage's absolute path is
+    gone, its path relative to the child still finds the parent (its digest checked)."""
+    import shutil
+
+    tree = tmp_path / "tree"
+    ingest([corpora / "parallel/multi30k/val.en.gz", corpora / "parallel/multi30k/val.de.gz"],
+           tree / "raw")
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('stages = ["normalize", "rules", "dedup"]\n')
+    clean(tree / "raw", tree / "clean", recipe=recipe, workers=1)
+    shutil.move(str(tree), str(tmp_path / "moved"))
+    report = audit_dataset(tmp_path / "moved" / "clean")
+    stages = report.checks["accounting"]["stages"]
+    assert report.ok and [s["stage"] for s in stages] == ["clean", "ingest"]
+    assert stages[0]["rows_in"] == 1014
+
+
 def test_epoch_replay_of_spr_data_order(multi30k: Path):
     from spr_data.pipeline.audit import Replay
 

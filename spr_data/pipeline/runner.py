@@ -273,11 +273,17 @@ class ShardRun:
                                    f"{ids_out.size} output rows; the output is not written")
 
     def lineage(self, **details: Any) -> dict[str, Any]:
-        """The lineage record of the output: this stage, its parent, and ``details``."""
+        """The lineage record of the output: this stage, its parent, and ``details``. A local
+        parent of a local output is also named relative to it, so that ``audit`` still finds
+        it when the tree that holds both is moved or copied."""
+        parent = self.source.parent_record()
+        if self.target is None and not self.source.remote:
+            parent["relative_path"] = os.path.relpath(self.source.path.resolve(),
+                                                      self.out.resolve())
         return {
             "stage": self.command, "tool": "spr-data", "version": __version__,
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "parent": self.source.parent_record(), **details,
+            "parent": parent, **details,
         }
 
     def publish(self, kept: Sequence[ShardInfo], *, lineage: dict[str, Any],
