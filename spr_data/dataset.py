@@ -146,14 +146,18 @@ class _Shard:
             raise DatasetError(f"cannot open shard {path}: {exc}; run spr-data verify") from exc
         if not reader.schema.equals(schema):
             raise DatasetError(schema_mismatch(path, reader.schema, schema))
-        self.batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
-        self.starts = np.cumsum([0] + [b.num_rows for b in self.batches], dtype=np.int64)
         self.leaves: list[_Leaf] | None = None
-        if len(self.batches) == 1 and self.batches[0].num_rows \
-                and all(_gatherable(f.type) for f in schema):
-            batch = self.batches[0]
-            if all(c.null_count == 0 for c in batch.columns):
-                self.leaves = [leaf for c in batch.columns for leaf in _leaves(c)]
+        try:  # a damaged message header or buffer size shows only here
+            self.batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+            self.starts = np.cumsum([0] + [b.num_rows for b in self.batches], dtype=np.int64)
+            if len(self.batches) == 1 and self.batches[0].num_rows \
+                    and all(_gatherable(f.type) for f in schema):
+                batch = self.batches[0]
+                if all(c.null_count == 0 for c in batch.columns):
+                    self.leaves = [leaf for c in batch.columns for leaf in _leaves(c)]
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise DatasetError(f"cannot read shard {path}: {exc}; the file is damaged: run "
+                               "spr-data verify") from exc
         #: row ``i`` of the shard as a dict: straight from the leaf views when there are any
         self.row: Callable[[int], dict[str, Any]] = \
             _row_reader(schema, self.leaves) if self.leaves is not None else self._arrow_row
