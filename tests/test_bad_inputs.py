@@ -165,6 +165,24 @@ def test_moses_line_count_mismatch_names_both_files_and_counts(tmp_path: Path):
     assert not (tmp_path / "ds").exists()  # nothing is written
 
 
+@pytest.mark.parametrize("tail", [b"\n", b"\n\n\n", b"\r\n"])
+def test_blank_lines_at_the_end_of_one_moses_file_are_rejects_not_a_mismatch(tmp_path: Path,
+                                                                               tail: bytes):
+    """A file that ends in an empty line (or a few) is still line-aligned with its partner:
+    the extra lines are empty_line rejects; text there is still a mismatch."""
+    en = write(tmp_path / "train.en", b"a\nb\nc\n" + tail)
+    de = write(tmp_path / "train.de", b"x\ny\nz\n")
+    summary = ingest([en, de], tmp_path / "ds")
+    extra = tail.count(b"\n")
+    assert summary.rows == 3 and summary.rejects == {"empty_line": extra}
+    assert summary.records == 3 + extra
+    write(tmp_path / "more.en", b"a\nb\nc\n\nd\n")
+    write(tmp_path / "more.de", b"x\ny\nz\n")
+    result = run_cli("ingest", tmp_path / "more.en", tmp_path / "more.de", "--out",
+                     tmp_path / "mismatch")
+    assert result.exit_code == 2 and "has 5 lines" in result.stderr
+
+
 def big_text(lines: int = 20000) -> bytes:
     return b"".join(b"sentence number %d\tSatz Nummer %d\n" % (i, i) for i in range(lines))
 

@@ -23,7 +23,8 @@ from spr_data.schema import Kind
 
 
 class MosesSource(Source):
-    """Two line-aligned files, one sentence per line; their line counts must match."""
+    """Two line-aligned files, one sentence per line; their line counts must match, blank
+    lines at the end of one of them aside (rejected as ``empty_line``)."""
 
     format = "moses"
     fixed_kind: ClassVar[Kind | None] = "parallel"
@@ -42,14 +43,27 @@ class MosesSource(Source):
             if tgt is None or len(tgt) == 0:
                 tgt = next(tgt_blocks, None)
             if src is None or tgt is None:
-                for _ in src_blocks if src is not None else tgt_blocks:
-                    pass  # count the longer file's lines for the error message
-                if src is not None or tgt is not None:
-                    raise InputError(
-                        f"Moses pair has different line counts: {src_file.where} has "
-                        f"{src_file.lines} lines, {tgt_file.where} has {tgt_file.lines}; "
-                        "the two files must be line-aligned"
-                    )
+                if src is None and tgt is None:
+                    return
+                # the longer file's extra lines: blank ones (a file that ends in an empty
+                # line or two) are records of two empty sides, rejected as empty_line;
+                # any text there means the files are not line-aligned
+                longer = src_blocks if src is not None else tgt_blocks
+                block: pa.Array | None = src if src is not None else tgt
+                while block is not None:
+                    text = decode(block, np.full(len(block), -1, dtype=np.int8))
+                    if not is_empty(text).all():
+                        for _ in longer:
+                            pass  # count the longer file's lines for the error message
+                        raise InputError(
+                            f"Moses pair has different line counts: {src_file.where} has "
+                            f"{src_file.lines} lines, {tgt_file.where} has "
+                            f"{tgt_file.lines}; the two files must be line-aligned"
+                        )
+                    if len(block):
+                        yield _blank_records(line, block)
+                        line += len(block)
+                    block = next(longer, None)
                 return
             n = min(len(src), len(tgt))
             s_lines, t_lines = src.slice(0, n), tgt.slice(0, n)
@@ -67,3 +81,11 @@ class MosesSource(Source):
 
             yield RecordChunk(line, codes, [s_text, t_text], raw)
             line += n
+
+
+def _blank_records(line: int, lines: pa.Array) -> RecordChunk:
+    """Blank lines one file has beyond the other's end: each an ``empty_line`` reject."""
+    codes = np.full(len(lines), -1, dtype=np.int8)
+    mark(codes, np.ones(len(lines), dtype=bool), "empty_line")
+    empty = pa.array([""] * len(lines), pa.string())
+    return RecordChunk(line, codes, [empty, empty], lambda mask: lines.filter(pa.array(mask)))
