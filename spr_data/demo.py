@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from spr_data.dataset import open_dataset
+from spr_data.errors import OutputError
+from spr_data.fsio import os_error_message
 from spr_data.outdir import REJECTS_DIR
 from spr_data.pipeline.clean import clean
 from spr_data.pipeline.ingest import ingest
@@ -32,12 +34,35 @@ def run_demo(
     the end (every run would otherwise leave one behind)."""
     if out is not None:
         check_local_output(out)
+        _check_demo_out(Path(out))
         return _run_demo(Path(out), say=say, kept=True)
     root = Path(tempfile.mkdtemp(prefix="spr-data-demo-"))
     try:
         return _run_demo(root, say=say, kept=False)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+#: what a demo writes into ``--out``: a rerun there replaces them, and nothing else is touched
+_DEMO_NAMES = frozenset(f"{name}{suffix}" for name in ("tatoeba-eng-cmn", "opennmt-en-de")
+                        for suffix in ("", "-clean"))
+
+
+def _check_demo_out(out: Path) -> None:
+    """A new or empty directory, or one an earlier demo wrote; else a clear error (the demo
+    replaces its own datasets and must not write among a user's files)."""
+    try:
+        if out.exists() and not out.is_dir():
+            raise OutputError(f"--out {out} is a file; choose a new or empty directory")
+        others = sorted(p.name for p in out.iterdir() if p.name not in _DEMO_NAMES) \
+            if out.is_dir() else []
+        if others:
+            raise OutputError(f"--out {out} holds files of its own ({', '.join(others[:3])}"
+                              f"{', …' if len(others) > 3 else ''}); the demo writes only into "
+                              "a new or empty directory, or one an earlier demo wrote")
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(os_error_message(exc, out)) from exc
 
 
 def _run_demo(root: Path, *, say: Callable[[str], None] | None, kept: bool) -> dict[str, Any]:

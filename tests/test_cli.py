@@ -78,6 +78,20 @@ def test_demo_runs_end_to_end(tmp_path: Path):
             dataset["rows"]
     human = run_cli("demo", "--out", tmp_path / "demo2")
     assert human.exit_code == 0 and "verify: ok" in human.stdout
+    again = run_cli("demo", "--out", tmp_path / "demo2", "--json")  # its own outputs: replaced
+    assert again.exit_code == 0, again.stderr
+
+
+def test_demo_does_not_write_among_a_users_files(tmp_path: Path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    result = run_cli("demo", "--out", mine)
+    assert result.exit_code == 1 and "holds files of its own (notes.txt)" in result.stderr
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    (tmp_path / "file").write_text("x")
+    result = run_cli("demo", "--out", tmp_path / "file" / "sub")
+    assert result.exit_code == 1 and "unexpected" not in result.stderr
 
 
 def test_version():
