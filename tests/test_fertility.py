@@ -432,3 +432,18 @@ def test_a_large_report_counts_by_words_and_matches_the_libraries(
               "llama3": sum(len(toks[2].encoder.encode_ordinary(t)) for t in all_texts)}
     for name, tokens in direct.items():
         assert report["tokenizers"][name]["by_lang"]["en"]["tokens"] == tokens, name
+
+
+@pytest.mark.parametrize("name", ["pairs.en-bn.tsv", "pairs.tsv.gz", "rows.jsonl"])
+def test_a_file_of_records_is_refused_with_the_way_to_read_it(tmp_path: Path, name: str):
+    """Read as lines, a TSV's line is one segment of two languages joined by a tab (the
+    report's 'by lang' table came out empty): ingest it, then pass the dataset."""
+    path = tmp_path / name
+    path.write_bytes(b"Go.\t\xe0\xa6\xaf\xe0\xa6\xbe\xe0\xa6\x93\n")
+    for command in (["fertility-report", path, "-t", "chars"],
+                    ["train-tokenizer", path, "--out", tmp_path / "tok", "--kind", "bpe",
+                     "--vocab-size", "300"]):
+        result = run_cli(*command)
+        assert result.exit_code == 2, result.stderr
+        assert "holds records, not lines of text" in result.stderr
+        assert "spr-data ingest" in result.stderr
