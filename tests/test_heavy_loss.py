@@ -19,9 +19,13 @@ from tests.conftest import run_cli
 @pytest.fixture(scope="module")
 def mislabelled(corpora: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The WMT en-de sample ingested as en-fr: valid codes, the wrong target language."""
+    import shutil
+
     root = tmp_path_factory.mktemp("mislabelled")
-    ingest([corpora / "parallel/opennmt_wmt_en-de.train.en.gz",
-            corpora / "parallel/opennmt_wmt_en-de.train.de.gz"], root / "ds", langs=["en", "fr"])
+    sides = [root / "wmt.src.gz", root / "wmt.tgt.gz"]  # names that say no language
+    for lang, side in zip(("en", "de"), sides, strict=True):
+        shutil.copy(corpora / f"parallel/opennmt_wmt_en-de.train.{lang}.gz", side)
+    ingest(sides, root / "ds", langs=["en", "fr"])
     return root / "ds"
 
 
@@ -89,11 +93,11 @@ def test_ingest_refuses_a_dataset_most_of_whose_records_one_reason_rejects(tmp_p
     reason, its share and its first record named; the flag writes it."""
     tsv = tmp_path / "pairs.en-de.tsv"
     tsv.write_text("".join(f"a{i}\tb{i}\tc{i}\n" for i in range(3))
-                   + "".join(f"a{i}\tb{i}\n" for i in range(3, 40)), encoding="utf-8")
+                   + "".join(f"a{i}\tb{i}\n" for i in range(3, 120)), encoding="utf-8")
     with pytest.raises(DataLossError) as caught:
         ingest([tsv], tmp_path / "ds", columns=["0", "2"])
     message = str(caught.value)
-    assert "tsv_field_count rejects 37 of the 40 records (92%)" in message
+    assert "tsv_field_count rejects 117 of the 120 records (98%)" in message
     assert "line 4: 'a3\\tb3'" in message and "--columns" in message
     assert not (tmp_path / "ds").exists() or not any((tmp_path / "ds").iterdir())
     refused = run_cli("ingest", tsv, "--out", tmp_path / "cli", "--columns", "0,2", "--quiet")
@@ -102,6 +106,9 @@ def test_ingest_refuses_a_dataset_most_of_whose_records_one_reason_rejects(tmp_p
                        "--allow-heavy-loss")
     assert accepted.exit_code == 0, accepted.stderr
     assert len(open_dataset(tmp_path / "cli")) == 3
+    tsv.write_text("".join(f"a{i}\tb{i}\tc{i}\n" for i in range(3))  # a handful: no guard
+                   + "".join(f"a{i}\tb{i}\n" for i in range(3, 40)), encoding="utf-8")
+    assert ingest([tsv], tmp_path / "small", columns=["0", "2"]).rows == 3
 
 
 def test_too_few_pairs_for_align_after_a_wrong_language_says_so(corpora: Path,

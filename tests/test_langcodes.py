@@ -148,6 +148,7 @@ def test_langs_a_file_name_contradicts_are_refused(tmp_path: Path, names: tuple[
     (("train.zh", "train.en"), ["zh-CN", "en"]),
     (("train.en", "train.zh"), ["eng", "cmn"]),
     (("pairs.en-zh.tsv",), ["en", "yue"]),  # no ISO 639-1 code for Cantonese: not surely other
+    (("train.src", "train.tgt"), ["en", "de"]),  # the sides' names, not languages
 ])
 def test_langs_a_file_name_allows_are_accepted(tmp_path: Path, names: tuple[str, ...],
                                               langs: list[str]):

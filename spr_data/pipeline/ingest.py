@@ -426,6 +426,8 @@ def _check_out_name(out: Path) -> None:
 #: one reason rejecting more than this share of all records stops ingest (as a share of
 #: rows does ``clean``, recipe key ``max_reason_share``): the options do not fit the data
 HEAVY_LOSS_SHARE = 0.5
+#: … in inputs of at least this many records (a handful of lines is read whole by a person)
+HEAVY_LOSS_MIN_RECORDS = 100
 
 
 def _check_heavy_loss(plan: SourcePlan, counts: Counter[str],
@@ -433,7 +435,7 @@ def _check_heavy_loss(plan: SourcePlan, counts: Counter[str],
     """Refuse a dataset most of whose records one reason rejected, naming the reason, its
     share and its first record, with what to change (the inputs whose every record was
     rejected are refused earlier, by :class:`_Tally`)."""
-    if not counts:
+    if not counts or records < HEAVY_LOSS_MIN_RECORDS:
         return
     reason, n = max(counts.items(), key=lambda item: (item[1], item[0]))
     if n <= HEAVY_LOSS_SHARE * records:

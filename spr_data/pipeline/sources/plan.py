@@ -80,8 +80,8 @@ def _check_langs_fit_names(langs: Sequence[str] | None, files: Sequence[str],
     ``de``), another language than a name gives (``val.de --langs en-fr``), or a typo of it
     (``en-dee``, a real code: Dewoin). Different codes of one language are no contradiction
     (``--langs en-de`` for ``train.eng train.deu``)."""
-    if langs is None or len(langs) != len(names):
-        return
+    if langs is None or len(langs) != len(names) or set(names) <= _SIDE_SUFFIXES:
+        return  # train.src + train.tgt name the sides, not languages
     for side in range(len(names) if len(names) == 2 else 0):
         own, other = names[side], names[1 - side]
         if _lang_closeness(langs[side], other) > _lang_closeness(langs[side], own):
