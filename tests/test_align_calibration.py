@@ -560,29 +560,29 @@ def test_a_corpus_too_small_for_negatives_needs_a_threshold_set_by_hand(tmp_path
     assert json.loads((report.out / "report.json").read_text())["align"]["negatives_rejected"] == 0
 
 
-def test_a_corpus_of_a_few_dozen_pairs_is_calibrated_with_a_warning(corpora: Path,
-                                                                    tmp_path: Path):
-    # enough rows for the trained rows' negatives, too few held out for their own: the stage
-    # keeps those rows (a model that never saw them has no threshold for them), and says so
+def test_a_corpus_of_a_few_dozen_pairs_trains_on_every_row(corpora: Path, tmp_path: Path):
+    """The whole corpus fits the training sample: the negatives are added to training rather
+    than swapped in for their rows, so every row is decided as one the model saw, by the one
+    threshold (none is held out to be decided by a model that never saw it)."""
     ds = dataset_of(multi30k_pairs(corpora, 30), tmp_path / "small")
     report = clean(ds, tmp_path / "small/out", workers=1)
     assert report.align is not None and report.align["method"] == "calibrated"
-    assert report.align["threshold_unseen"] == np.finfo(np.float64).min
+    assert report.align["every_row_trained"]
+    assert report.align["threshold_unseen"] == report.align["threshold"]
+    assert report.align["trained_on"] > 30  # the rows and the negatives
     assert "Infinity" not in (report.out / "report.json").read_text()
-    assert any("too few rows were held out" in w for w in report.align["warnings"])
+    assert not any("held out" in w for w in report.align["warnings"])
     assert report.rows_kept + report.rows_rejected == 30
-    # the CLI says it on stderr, not only in report.json
     shown = run_cli("clean", ds, "-o", tmp_path / "small/cli", "--workers", "1", "-q")
     assert shown.exit_code == 0
-    assert "warning: align: too few rows were held out" in " ".join(shown.stderr.split())
 
 
 def test_a_model_too_weak_for_its_corpus_is_reported(corpora: Path, tmp_path: Path,
                                                     runs: dict[str, object]):
-    """548 Tatoeba eng-tha pairs (too few for a distant language pair): the held-out rows look
-    far more misaligned than the trained ones, though both are random rows of one clean
-    corpus; the report says the decisions may take real pairs. On Multi30k with junk the
-    two estimates agree, and it does not."""
+    """548 Tatoeba eng-tha pairs (too few for a distant language pair): a threshold that
+    keeps the corpus' pairs rejects under half of the negatives made of them, and the report
+    says so, on the CLI too. On Multi30k with junk the model tells them apart, and it does
+    not."""
     base = corpora / "parallel/tatoeba_laser"
     en = (base / "tatoeba.tha-eng.eng").read_text(encoding="utf-8").splitlines()
     th = (base / "tatoeba.tha-eng.tha").read_text(encoding="utf-8").splitlines()
@@ -592,15 +592,15 @@ def test_a_model_too_weak_for_its_corpus_is_reported(corpora: Path, tmp_path: Pa
     (root / "c.th").write_text("".join(x + "\n" for x in th), encoding="utf-8")
     ingest([root / "c.en", root / "c.th"], root / "ds")
     report = clean(root / "ds", root / "out", workers=1)
-    assert report.align is not None
-    gap = (report.align["estimated_misaligned_share_unseen"]
-           - report.align["estimated_misaligned_share_range"][1])
-    assert gap > 0.1
-    assert any("held out of training look" in w for w in report.align["warnings"])
+    assert report.align is not None and report.align["negatives_rejected"] < 0.5
+    assert any("tells the corpus' pairs from negatives made of them poorly" in w
+               for w in report.align["warnings"])
+    shown = run_cli("clean", root / "ds", "-o", root / "cli", "--workers", "1", "-q")
+    assert "warning: align: the alignment model tells" in " ".join(shown.stderr.split())
     for share in (0.25, 0.5):
         _, _, dirty = runs[f"junk{share}"]  # type: ignore[misc]
         assert isinstance(dirty, CleanReport) and dirty.align is not None
-        assert not any("held out of training look" in w for w in dirty.align["warnings"])
+        assert not dirty.align["warnings"]
 
 
 def test_a_model_from_an_earlier_run_is_reused_not_retrained(corpora: Path, tmp_path: Path):
