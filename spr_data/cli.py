@@ -558,7 +558,8 @@ def info(
     random: Annotated[bool, typer.Option(
         "--random", help="Sample rows drawn at random (seeded) rather than the first ones: "
                          "read 100 kept and 100 rejected rows of a clean run by eye.")] = False,
-    seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of --random.")] = 0,
+    seed: Annotated[int | None, typer.Option(
+        "--seed", min=0, help="Seed of --random (implies it; default 0).")] = None,
     retries: RetriesOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -566,7 +567,8 @@ def info(
     from spr_data import render
     from spr_data.info import dataset_info
 
-    described = dataset_info(dataset, samples=samples, random=random, seed=seed,
+    described = dataset_info(dataset, samples=samples, random=random or seed is not None,
+                             seed=seed or 0,
                              reader=_reader(retries, None))
     if as_json:
         console.print_json(described.to_json())

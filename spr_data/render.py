@@ -438,6 +438,11 @@ def _figures(name: str, check: dict[str, Any]) -> str:
         for e in check["epochs"]:
             text = (f"epoch {e['epoch']}: {e['distinct_rows']:,} distinct, "
                     f"{e['repeats']:,} repeats, {e['missed']:,} missed")
+            design = [f"{e[key]:,} {what}" for key, what in (
+                ("dropped_by_design", "dropped"), ("repeated_by_design", "repeated"))
+                if e.get(key)]
+            if design:  # the last partial batch: no loss, the loader's configuration
+                text += f" ({' and '.join(design)} by design)"
             if "batches_per_rank" in e:
                 per_rank = sorted(set(e["batches_per_rank"]))
                 text += f", {'/'.join(map(str, per_rank))} batches per rank"

@@ -142,6 +142,10 @@ def test_epoch_replay_of_spr_data_order(multi30k: Path):
     assert first["missed"] == first["dropped_by_design"] < 3 * 64
     result = run_cli("audit", multi30k, "--world-size", "2", "--batch-size", "100", "--json")
     assert result.exit_code == 0 and json.loads(result.stdout)["epoch_replay"]["ok"]
+    shown = run_cli("audit", multi30k, "--world-size", "2", "--batch-size", "64")
+    # 29,000 rows in steps of 2 x 64: 226 whole steps, the last 72 rows dropped by design
+    assert shown.exit_code == 0
+    assert "72 missed (72 dropped by design)" in " ".join(shown.stdout.split())
 
 
 def test_token_budget_replay_matches_what_the_iterator_yields(multi30k: Path, corpora: Path,
