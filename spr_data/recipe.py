@@ -8,6 +8,7 @@ names it. The *resolved* recipe — every value filled in — is what the run re
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import math
@@ -339,11 +340,15 @@ def _build(cls: type[T], table: dict[str, Any], where: str, base: T | None = Non
     hints = get_type_hints(cls)
     known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
     names = set(known)
+    # [rules] also takes the side keys, for both sides (_apply_shared_side_keys)
+    allowed = names | ({f.name for f in fields(SideRules)} if cls is RulesConfig else set())
     for key in table:
         if key not in names:
             prefix = f"{where}." if where else ""
-            raise InputError(f"recipe: unknown key {prefix}{key} "
-                             f"(known: {', '.join(sorted(names))})")
+            close = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.75)
+            raise InputError(f"recipe: unknown key {prefix}{key}"
+                             + (f"; did you mean {prefix}{close[0]}?" if close else "")
+                             + f" (known: {', '.join(sorted(allowed))})")
     values = {}
     for key, value in table.items():
         inner_where = f"{where}.{key}" if where else key

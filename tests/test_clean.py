@@ -206,7 +206,10 @@ def test_a_bad_quarantine_file_names_the_line(multi30k: Path, tmp_path: Path, li
 
 
 @pytest.mark.parametrize("text,message", [
-    ("[rules]\nmax_lenght_ratio = 2\n", "unknown key rules.max_lenght_ratio"),
+    ("[rules]\nmax_lenght_ratio = 2\n",
+     "unknown key rules.max_lenght_ratio; did you mean rules.max_length_ratio?"),
+    ("[rules]\nmin_chrs = 2\n", "did you mean rules.min_chars?"),  # a side key, both sides
+    ("[align]\nnegativ_recall = 0.9\n", "did you mean align.negative_recall?"),
     ("[rules.src]\nmax_chars = 'many'\n", "rules.src.max_chars should be a whole number"),
     ('stages = ["rules", "normalize"]\n', "in that order"),
     ('stages = ["rules", "magic"]\n', "unknown stage 'magic'"),
