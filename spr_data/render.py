@@ -328,11 +328,24 @@ def show_ingest(summary: IngestSummary) -> None:
                                         [[k, f"{v:,}"] for k, v in summary.rejects.items()]))
 
 
+def _share(part: int, whole: int) -> str:
+    """``part`` of ``whole`` as a percentage that is never rounded to 100% or 0% while a row
+    is missing or there (9,004 of 9,008 is 99.96%, not 100.0%)."""
+    if not whole:
+        return "0%"
+    share = 100.0 * part / whole
+    digits = 1
+    while digits < 6 and ((round(share, digits) == 100.0 and part < whole)
+                          or (round(share, digits) == 0.0 and part)):
+        digits += 1
+    return f"{share:.{digits}f}%"
+
+
 def show_clean(report: CleanReport, out: str | Path) -> None:
     """The kept share, the waterfall of stages and warnings; ``out`` as the user named it."""
     console.out.print(
         f"[bold]{out}[/]: kept {report.rows_kept:,} of {report.rows_in:,} rows "
-        f"({report.rows_kept / max(report.rows_in, 1):.1%}); rejected {report.rows_rejected:,} "
+        f"({_share(report.rows_kept, report.rows_in)}); rejected {report.rows_rejected:,} "
         f"→ {join_location(str(out), REJECTS_DIR)}; {report.seconds:.1f} s")
     rows = []
     for stage in report.stages:

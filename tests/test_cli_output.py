@@ -230,3 +230,14 @@ def test_train_tokenizer_reports_each_phase(tmp_path: Path) -> None:
     with console.progress_phases(enabled=True, console=piped) as update:
         update("count", 5, None)
     assert piped.file.getvalue() == ""  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("part", "whole", "shown"), [
+    (9004, 9008, "99.96%"), (9008, 9008, "100.0%"), (1, 100000, "0.001%"), (0, 5, "0.0%"),
+    (50, 100, "50.0%"), (999999, 1000000, "99.9999%"),
+])
+def test_a_kept_share_is_never_rounded_to_all_or_none(part: int, whole: int, shown: str):
+    """'kept 9,004 of 9,008 rows (100.0%)' hid four rejects."""
+    from spr_data.render import _share
+
+    assert _share(part, whole) == shown
