@@ -149,6 +149,7 @@ def test_langs_a_file_name_contradicts_are_refused(tmp_path: Path, names: tuple[
     (("train.en", "train.zh"), ["eng", "cmn"]),
     (("pairs.en-zh.tsv",), ["en", "yue"]),  # no ISO 639-1 code for Cantonese: not surely other
     (("train.src", "train.tgt"), ["en", "de"]),  # the sides' names, not languages
+    (("train.en", "train.no"), ["en", "nb"]),  # Bokmål, named by its macrolanguage
 ])
 def test_langs_a_file_name_allows_are_accepted(tmp_path: Path, names: tuple[str, ...],
                                               langs: list[str]):

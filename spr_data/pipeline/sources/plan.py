@@ -104,12 +104,18 @@ def _check_langs_fit_names(langs: Sequence[str] | None, files: Sequence[str],
                 "if its name is wrong")
 
 
+#: languages an ISO 639-1 macrolanguage code also names (files are often named by it)
+_MACRO = {"nb": "no", "nn": "no", "sr": "sh", "hr": "sh", "bs": "sh"}
+
+
 def _names_another_language(given: str, named: str) -> bool:
     """Whether code ``given`` is surely not the language a file name's ``named`` code says:
     both have ISO 639-1 codes and they differ, or ``given`` is a likely typo of ``named`` (a
     name's code that is no language code, ``train.ge``, says nothing)."""
     a, b = normalize_lang(given), normalize_lang(named)
     if a == b or problem(named) is not None:  # train.ge: the name gives no language
+        return False
+    if _MACRO.get(a, a) == _MACRO.get(b, b):  # train.no labelled nb: a variety of it
         return False
     if len(a) == 2 and len(b) == 2:
         return True
