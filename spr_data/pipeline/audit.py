@@ -334,9 +334,7 @@ def _replay_tokens(ds: Dataset, replay: Replay,
     for k in range(p.total_batches):  # in order: each window is rebuilt once
         rows = p.rows_of(k)
         seen[rows] += reads[k]
-    dropped = sum(len(p.rows_of(k)) for k in p.dropped_batches)
-    repeated = sum(len(p.rows_of(k)) for k in p.repeated_batches)
-    return seen, batches, dropped, repeated
+    return seen, batches, p.dropped, p.repeated
 
 
 def _check_replay(ds: Dataset, replay: Replay) -> dict[str, Any]:

@@ -210,6 +210,16 @@ class TokenPlan:
         return [k % self.total_batches
                 for k in range(self.total_batches, self.batches_per_rank * self.world_size)]
 
+    @property
+    def dropped(self) -> int:
+        """Rows of the epoch that no rank reads (drop mode), as :attr:`EpochPlan.dropped`."""
+        return sum(len(self.rows_of(k)) for k in self.dropped_batches)
+
+    @property
+    def repeated(self) -> int:
+        """Rows read twice because the last steps wrap around (wrap mode)."""
+        return sum(len(self.rows_of(k)) for k in self.repeated_batches)
+
     def global_batch(self, rank: int, batch: int) -> int:
         """The epoch's batch number of a rank's ``batch``-th batch."""
         return (batch * self.world_size + rank) % max(self.total_batches, 1)

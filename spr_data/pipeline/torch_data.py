@@ -185,16 +185,16 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         allow for."""
         if self.max_tokens is None:
             assert self.batch_size is not None  # noqa: S101 - checked in __init__
-            p = plan(self.rows, world_size=self.world_size, batch_size=self.batch_size,
-                     drop_remainder=self.drop_remainder)
-            return {"dropped": p.dropped, "repeated": p.repeated}
-        t = token_plan(self.rows, self.sizes_of, max_tokens=self.max_tokens, seed=self.seed,
-                       epoch=self.epoch if epoch is None else epoch,
-                       world_size=self.world_size, workers=1,
-                       drop_remainder=self.drop_remainder, max_rows=self.batch_size,
-                       window=self.window, block=self.block)
-        return {"dropped": sum(len(t.rows_of(k)) for k in t.dropped_batches),
-                "repeated": sum(len(t.rows_of(k)) for k in t.repeated_batches)}
+            p: EpochPlan | TokenPlan = plan(self.rows, world_size=self.world_size,
+                                            batch_size=self.batch_size,
+                                            drop_remainder=self.drop_remainder)
+        else:
+            p = token_plan(self.rows, self.sizes_of, max_tokens=self.max_tokens,
+                           seed=self.seed, epoch=self.epoch if epoch is None else epoch,
+                           world_size=self.world_size, workers=1,
+                           drop_remainder=self.drop_remainder, max_rows=self.batch_size,
+                           window=self.window, block=self.block)
+        return {"dropped": p.dropped, "repeated": p.repeated}
 
     def sizes_of(self, rows: np.ndarray) -> np.ndarray:
         """The size of each row for the token budget: its longest token-id sequence."""

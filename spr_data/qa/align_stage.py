@@ -140,7 +140,7 @@ class AlignStage:
         (``every_row_trained``). Held out, a fifth of a corpus of 1,000 pairs was decided by a
         model that never saw its words; measured on the quality sweep's 24 corpus-levels, real
         pairs lost under junk 1.18 -> 1.05%, with none 0.40 -> 0.35%, re-paired junk caught
-        0.908 -> 0.920; on 23 clean LASER Tatoeba sets of 168-1,000 pairs, 0.4-10.4% of the
+        0.908 -> 0.920; on 23 clean LASER Tatoeba sets of 168-1,000 pairs, 0.5-10.4% of the
         rows removed -> 0.3-4.9% (docs/quality.md, *Every row trained*).
 
         With ``align.trusted`` the corpus is not trained on, nor with ``align.model`` (a model
@@ -184,8 +184,9 @@ class AlignStage:
         # not swapped in for their rows, so that no row is decided as one the model never saw
         # (see the docstring); else their rows are held out, the unseen calibration's
         whole = sized and n == alive
-        if not whole:
-            in_train[held] = False
+        if whole:
+            held = held[:0]  # no row is held out: no unseen negatives to make or score
+        in_train[held] = False
         held_rows = pa.array(held)
         unseen_neg = synthetic_negatives(src.take(held_rows), tgt.take(held_rows),
                                          share=1.0 / len(NEGATIVE_KINDS), seed=cfg.seed + 1,

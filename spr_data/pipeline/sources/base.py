@@ -255,19 +255,17 @@ def _split_lines(buf: bytes, end: int, record: InputFile) -> pa.Array:
     return lines
 
 
-#: file names of records, not lines of text: read as text, a TSV's line would be one segment
-#: of both languages joined by a tab
-_RECORD_SUFFIXES = (".tsv", ".jsonl", ".ndjson", ".parquet")
-
-
 def iter_text_lines(path: Path) -> Iterator[list[str]]:
     """Blocks of the non-empty lines of a text file, for readers that need strict UTF-8
     (reports, tokenizer training); ingest is the place that keeps invalid lines as rejects.
-    A file named as records (``pairs.tsv``, ``.jsonl``, ``.parquet``) is refused: ingest it
-    and pass the dataset, whose columns are read apart with their languages."""
-    name = path.name.lower()
-    if any(name.endswith(ext) or any(name.endswith(ext + c) for c in COMPRESSIONS)
-           for ext in _RECORD_SUFFIXES):
+    A file named as records (``pairs.tsv``, ``.jsonl``, ``.parquet``: another format's name
+    ending) is refused — read as lines, a TSV's pair would be one segment of two languages:
+    ingest it and pass the dataset, whose columns are read apart with their languages."""
+    name = Path(path.name.lower())
+    if name.suffix in COMPRESSIONS:
+        name = Path(name.stem)
+    if any(name.suffix in cls.extensions for cls in Source.__subclasses__()
+           if cls.format != "text"):
         raise InputError(f"{path} holds records, not lines of text (its name says so): "
                          f"ingest it first (spr-data ingest {path} --out DATASET) and pass the "
                          "dataset, whose columns are read apart, each with its language")

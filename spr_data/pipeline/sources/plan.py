@@ -82,7 +82,7 @@ def _check_langs_fit_names(langs: Sequence[str] | None, files: Sequence[str],
     (``--langs en-de`` for ``train.eng train.deu``)."""
     if langs is None or len(langs) != len(names) or set(names) <= _SIDE_SUFFIXES:
         return  # train.src + train.tgt name the sides, not languages
-    for side in range(len(names) if len(names) == 2 else 0):
+    for side in (0, 1) if len(names) == 2 else ():
         own, other = names[side], names[1 - side]
         if _lang_closeness(langs[side], other) > _lang_closeness(langs[side], own):
             said = (f"{files[0]} (the source) says {names[0]} and {files[1]} (the target) "
