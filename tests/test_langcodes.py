@@ -169,3 +169,29 @@ def test_inputs_of_different_pairs_are_refused_not_labelled_und(tmp_path: Path):
     with pytest.raises(InputError, match=r"different language pairs \(en-de, en-fr\)"):
         ingest(files, tmp_path / "ds")
     assert ingest(files, tmp_path / "ok", langs=["en", "mul"]).langs == ["en", "mul"]
+
+
+@pytest.mark.parametrize(("name", "chosen", "lang"), [
+    ("pairs.eng-cmn.tsv", {"columns": ["0"]}, "eng"),
+    ("pairs.eng-cmn.tsv", {"columns": ["1"]}, "cmn"),
+    ("pairs.en-bn.jsonl", {"keys": ["bn"]}, "bn"),
+    ("pairs.en-bn.jsonl", {"keys": ["text"]}, "und"),  # a field the name says nothing of
+    ("news.zh-cn.txt", {}, "zh-cn"),  # one field: a region, not a pair
+])
+def test_one_field_of_a_pair_named_file_is_that_fields_language(
+        tmp_path: Path, name: str, chosen: dict[str, list[str]], lang: str):
+    """Not the pair read as one code (a mono dataset labelled ``eng-cmn``)."""
+    path = tmp_path / name
+    path.write_text('{"en": "Hello world", "bn": "হ্যালো", "text": "Hello"}\n'
+                    if name.endswith(".jsonl") else "Hello world\t你好世界\n")
+    summary = ingest([path], tmp_path / "ds", **chosen)
+    assert summary.kind == "mono" and summary.langs == [lang]
+
+
+def test_a_lang_the_chosen_column_contradicts_is_refused(tmp_path: Path):
+    path = tmp_path / "pairs.eng-cmn.tsv"
+    path.write_text("Hello world\t你好世界\n")
+    said = r"--lang zh contradicts the file name: \S*pairs\.eng-cmn\.tsv says eng, not zh; "
+    with pytest.raises(InputError, match=said + "pass --lang eng"):
+        ingest([path], tmp_path / "ds", langs=["zh"], columns=["0"])
+    assert ingest([path], tmp_path / "ok", langs=["zh"], columns=["1"]).langs == ["zh"]

@@ -150,6 +150,11 @@ def test_rows_the_rules_rejected_are_not_asked(corpora: Path):
     labels = np.array(out.columns["lid_src"].to_pylist(), dtype=object)
     assert all(x is None for x in labels[rejected])
     assert all(x == "en" for x in labels[~rejected])
+    # unjudged, not judged "surely not the language": null probabilities, not 0
+    for column in ("lid_src_p", "lid_src_expected_p", "lid_tgt_p"):
+        judged = out.columns[column].is_valid().to_numpy(zero_copy_only=False)
+        assert not judged[rejected].any() and judged[~rejected].all(), column
+    assert min(out.columns["lid_src_p"].drop_null().to_pylist()) > 0.5
 
 
 def _rules(src: list[str], tgt: list[str], langs: list[str], config: RulesConfig | None = None):

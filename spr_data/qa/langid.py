@@ -277,8 +277,9 @@ def script_languages(texts: pa.Array, prof: TextProfile, lang: str,
 class LangIdStage:
     """Adds ``lid_{side}`` / ``lid_{side}_p`` and rejects confident wrong-language sides.
 
-    Rows decided by their script get that label with probability 1.0; rows fastText was not
-    asked about (rejected by the rules already, or decided by the script) have a null label.
+    Rows decided by their script get that label with probability 1.0; rows nothing judged
+    (rejected by the rules already, or too short for fastText) have a null label and null
+    probabilities.
     """
 
     name = "langid"
@@ -342,9 +343,12 @@ class LangIdStage:
             labels, probs, expected_p = predict_languages(texts, accepted, np.flatnonzero(asked))
             labels[decided] = by_script[decided]
             probs[decided] = 1.0
+            # null, not 0, where nothing judged the side (rejected before, or too short): a
+            # 0 read as "fastText is sure this is not the language"
+            unjudged = ~(asked | decided)
             out.columns[f"lid_{side}"] = pa.array(labels.tolist(), pa.string())
-            out.columns[f"lid_{side}_p"] = pa.array(probs)
-            out.columns[f"lid_{side}_expected_p"] = pa.array(expected_p)
+            out.columns[f"lid_{side}_p"] = pa.array(probs, mask=unjudged)
+            out.columns[f"lid_{side}_expected_p"] = pa.array(expected_p, mask=unjudged)
             if accepted is None:
                 wrong.append(np.zeros(n, dtype=bool))
                 foreign_as.append(labels)

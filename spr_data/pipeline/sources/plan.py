@@ -93,14 +93,15 @@ def _check_langs_fit_names(langs: Sequence[str] | None, files: Sequence[str],
                 f"{names[0]},{names[1]}"
                 + (", or list the files in the order of --langs" if len(files) == 2 else "")
             )
+    option = "--langs" if len(langs) == 2 else "--lang"
     for side, (given, named) in enumerate(zip(langs, names, strict=True)):
         if _names_another_language(given, named):
             where = files[side] if len(files) == len(names) else files[0]
             role = ("" if len(names) == 1 else " for the source" if side == 0
                     else " for the target")
             raise InputError(
-                f"--langs {','.join(langs)} contradicts the file name: {where} says {named}"
-                f"{role}, not {given}; pass --langs {','.join(names)}, or rename the file "
+                f"{option} {','.join(langs)} contradicts the file name: {where} says {named}"
+                f"{role}, not {given}; pass {option} {','.join(names)}, or rename the file "
                 "if its name is wrong")
 
 
@@ -138,6 +139,22 @@ def langs_from_name(path: Path, kind: Kind) -> list[str] | None:
         return [m.group(1), m.group(2)] if m else None
     suffix = Path(Path(stem).stem).suffix[1:] if _format_of(path) else Path(stem).suffix[1:]
     return [suffix] if suffix and _LANG_SUFFIX.match(suffix) else None
+
+
+def _chosen_side_of_pair_name(path: Path, fmt: str,
+                              chosen: Sequence[str] | None) -> list[str] | None:
+    """A mono corpus read from one field of a file whose name gives a language pair
+    (``pairs.eng-cmn.tsv --columns 1``): the language of that field — the TSV column's place
+    in the pair, a JSONL key or Parquet column named by one of the pair's codes — else None
+    (no language, rather than the pair read as one code: ``eng-cmn``). Other names: the
+    language the name's last suffix gives, as for any mono file."""
+    pair = langs_from_name(path, "parallel") if fmt != "text" else None
+    if not pair or any(problem(code) is not None for code in pair):
+        return langs_from_name(path, "mono")
+    field = chosen[0] if chosen and len(chosen) == 1 else ("0" if fmt == "tsv" else None)
+    if fmt == "tsv":
+        return [pair[int(field)]] if field in ("0", "1") else None
+    return [field] if field in pair else None
 
 
 def parse_langs(text: str) -> list[str]:
@@ -251,7 +268,8 @@ def plan_sources(
                 guessed.add(pair)
                 _check_langs_fit_names(langs, [shown(q) for q in ps], pair)
         else:
-            found = langs_from_name(ps[0], final_kind)
+            found = (_chosen_side_of_pair_name(ps[0], fmt, columns or keys)
+                     if final_kind == "mono" else langs_from_name(ps[0], final_kind))
             if found:
                 guessed.add(tuple(found))
                 _check_langs_fit_names(langs, [shown(ps[0])], found)
