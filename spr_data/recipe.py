@@ -218,9 +218,10 @@ class AlignConfig:
     #: fit what a difference in final punctuation (? ! or else) costs a pair, from the corpus'
     #: own negatives (false: not used)
     punctuation: bool = True
-    #: words are cut to their first stem_chars letters (code points) before they are linked,
-    #: so a word's inflected forms learn one set of links together (Chinese and other
-    #: scripts tokenized by character are not affected); 0: whole words
+    #: words are cut to their first stem_chars letters (code points; a Hangul syllable block
+    #: counts as its 2-3 letters) before they are linked, so a word's inflected forms learn
+    #: one set of links together (Chinese and other scripts tokenized by character are not
+    #: affected); 0: whole words
     stem_chars: int = _key(6, 0, why="0 keeps whole words")
     max_train_pairs: int = _key(300_000, 1)
     #: train on the fewest pairs (at least 65,536) whose words are known nearly as well as

@@ -35,6 +35,7 @@ from spr_data.qa.align import (
     merged_counts,
     punct_weight,
     size_from_counts,
+    stemmed,
     training_rows,
     training_size,
     word_counts,
@@ -270,6 +271,20 @@ def test_tokens_cut_to_their_stems():
     assert rows[2] == ["ভাষা", "ভাষা"]
     # a stem longer than every word cuts nothing
     assert alignment_tokens(texts, stem=50).tokens == alignment_tokens(texts, stem=0).tokens
+
+
+def test_a_hangul_block_counts_as_its_letters_in_a_stem():
+    """A Korean word is a few syllable blocks of 2-3 letters with its particles attached: 6
+    letters keep the stem (기술의 "of the technique" -> 기술, 사진을 "the photo" -> 사진), a block
+    is never cut, and a word keeps one block at least."""
+    words = pa.array(["기술의", "사진을", "도로에서", "고등학교를", "한", "government",
+                      "abc기술의", "學校"], pa.large_string())
+    assert stemmed(words, 6).to_pylist() == ["기술", "사진", "도로에", "고등", "한", "govern",
+                                             "abc기", "學校"]
+    assert stemmed(words, 1).to_pylist()[:2] == ["기", "사"]
+    # models saved before counted a block as one code point
+    assert stemmed(words, 6, hangul_letters=False).to_pylist()[:3] == ["기술의", "사진을",
+                                                                      "도로에서"]
 
 
 def test_stemming_the_distinct_words_gives_the_tokens_ids_and_counts():
@@ -603,8 +618,9 @@ def test_relaxed_em_gets_in_3_rounds_nearer_convergence_than_plain_em(ben):
 
 def test_a_model_saved_before_the_newer_options_keeps_its_hash_and_scores(ben, tmp_path: Path):
     """Models saved before ``relaxation``, ``fertility``, ``idf_power``, ``worse_weight``,
-    ``punct_weight``, ``stem_chars`` and ``agreement`` existed have no such options: they load
-    as plain EM (each direction alone, whole words) scored by plain best
+    ``punct_weight``, ``stem_chars``, ``agreement`` and ``hangul_letters`` existed have no such
+    options: they load as plain EM (each direction alone, whole words, a Hangul block one
+    letter) scored by plain best
     links, the worse direction alone deciding, with their stored hash (each option is left out
     of the hashed JSON, and the word counts out of the arrays, at the value that means "as
     before")."""
@@ -612,17 +628,18 @@ def test_a_model_saved_before_the_newer_options_keeps_its_hash_and_scores(ben, t
     model = LexicalAligner.train(src, tgt, AlignerOptions("en", "bn", iterations=2,
                                                           relaxation=1.0, fertility=0.0,
                                                           idf_power=0.0, worse_weight=1.0,
-                                                          stem_chars=0, agreement=False))
+                                                          stem_chars=0, agreement=False,
+                                                          hangul_letters=False))
     for option in ("relaxation", "fertility", "idf_power", "worse_weight", "punct_weight",
-                   "stem_chars", "agreement"):
+                   "stem_chars", "agreement", "hangul_letters"):
         assert option not in model.options.to_json()
     assert "src_counts" not in model._arrays()
     model.save(tmp_path / "m.npz")
     loaded = LexicalAligner.load(tmp_path / "m.npz", expected_hash=model.content_hash)
     assert (loaded.options.relaxation, loaded.options.fertility, loaded.options.idf_power,
             loaded.options.worse_weight, loaded.options.punct_weight,
-            loaded.options.stem_chars, loaded.options.agreement) == (1.0, 0.0, 0.0, 1.0, 0.0,
-                                                                      0, False)
+            loaded.options.stem_chars, loaded.options.agreement,
+            loaded.options.hangul_letters) == (1.0, 0.0, 0.0, 1.0, 0.0, 0, False, False)
     np.testing.assert_array_equal(loaded.score(src, tgt), model.score(src, tgt))
     fwd, bwd = model.score_directions(src, tgt)
     scored = model.scores(src, tgt)
@@ -635,6 +652,7 @@ def test_a_model_saved_before_the_newer_options_keeps_its_hash_and_scores(ben, t
     new = AlignerOptions("en", "bn").to_json()
     assert '"relaxation":2.0' in new and '"fertility":1.5' in new and '"idf_power":0.25' in new
     assert '"worse_weight":0.5' in new and '"agreement":true' in new
+    assert '"hangul_letters":true' in new
     weighted = LexicalAligner.train(src, tgt, AlignerOptions("en", "bn", iterations=2))
     weighted.save(tmp_path / "w.npz")
     again = LexicalAligner.load(tmp_path / "w.npz", expected_hash=weighted.content_hash)
