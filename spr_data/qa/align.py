@@ -425,11 +425,11 @@ def stemmed(words: pa.Array, stem: int, *, hangul_letters: bool = True) -> pa.Ar
     final = (points - _HANGUL_FIRST) % _HANGUL_FINALS != 0
     letters = np.where(block, np.where(final, 3, 2), 1)
     starts = np.cumsum(lengths) - lengths
-    within = np.cumsum(letters) - np.repeat(np.cumsum(letters)[starts] - letters[starts],
-                                            lengths)
+    total = np.cumsum(letters)
+    # each code point's letters from its word's start, through itself
+    within = total - np.repeat(total[starts] - letters[starts], lengths)
     # code points kept: those whose letters so far fit, and the first whatever its size
-    keep = np.maximum(np.add.reduceat((within <= stem).astype(np.int64), starts)
-                      if starts.size else starts, 1)
+    keep = np.maximum(np.add.reduceat((within <= stem).astype(np.int64), starts), 1)
     cut = [word[:k] for word, k in zip(picked, keep.tolist(), strict=True)]
     index = np.zeros(len(words), np.int64)
     index[hangul] = np.arange(hangul.size)

@@ -192,12 +192,16 @@ _FUNCTION_WORDS = {
 _WORDS = re.compile(r"[^\s।॥,.!?\"'()\-:;]+")
 
 
+def _holds_function_words(words: list[str], lang: str) -> bool:
+    return any(w in _FUNCTION_WORDS[lang] for w in words)
+
+
 def _function_word_language(text: str, lang: str, accepted: frozenset[str]) -> str | None:
     words = _WORDS.findall(text)
-    if any(w in _FUNCTION_WORDS[lang] for w in words):
+    if _holds_function_words(words, lang):
         return None
-    for other, markers in _FUNCTION_WORDS.items():
-        if other != lang and other not in accepted and any(w in markers for w in words):
+    for other in _FUNCTION_WORDS:
+        if other != lang and other not in accepted and _holds_function_words(words, other):
             return other
     return None
 
@@ -211,8 +215,7 @@ def _own_words_against(texts: pa.Array, rows: np.ndarray, lang: str,
     out = np.zeros(len(rows), dtype=bool)
     for i, (text, label) in enumerate(zip(values, labels, strict=True)):
         words = _WORDS.findall(text or "")
-        out[i] = (any(w in _FUNCTION_WORDS[lang] for w in words)
-                  and not any(w in _FUNCTION_WORDS[label] for w in words))
+        out[i] = _holds_function_words(words, lang) and not _holds_function_words(words, label)
     return out
 
 
@@ -403,15 +406,15 @@ class LangIdStage:
                     if len(said):
                         marks = _count_chars(texts, strong + weak, said)[said]
                         sure[said[marks == 0]] = False
-            if lang_code := (normalize_lang(lang) if normalize_lang(lang) in _FUNCTION_WORDS
-                             else None):
+            code = normalize_lang(lang)
+            if code in _FUNCTION_WORDS:
                 # Hindi, Marathi, Nepali: a side with its own function words and none of
                 # fastText's language's is not that language
                 kin = np.flatnonzero(sure & ~decided & np.fromiter(
-                    (lab in _FUNCTION_WORDS and lab != lang_code for lab in labels),
+                    (lab in _FUNCTION_WORDS and lab != code for lab in labels),
                     dtype=bool, count=n))
                 if len(kin):
-                    sure[kin[_own_words_against(texts, kin, lang_code, labels[kin])]] = False
+                    sure[kin[_own_words_against(texts, kin, code, labels[kin])]] = False
             # fastText's guess must be written in the script on the page: it calls some pure
             # Han Mandarin tweets German (p 0.99) or French
             doubt = np.flatnonzero(sure & ~ok)
