@@ -879,3 +879,57 @@ def test_packed_hash_finds_what_a_dict_finds(keys, queries):
     q = np.array(list(queries) + sorted(keys), dtype=np.uint32)
     got = table.find(q)
     assert got.tolist() == [expected.get(int(x), 123_456) for x in q]
+
+
+# ---------------------------------------------------------------------------------------------
+# Leave one out
+
+
+def _corpus_with_a_pair_of_rare_words() -> tuple[pa.Array, pa.Array]:
+    """120 pairs of a small word-for-word language (each word in many pairs), then one pair
+    whose words are seen nowhere else and do not translate each other, and one of rare words
+    whose name both sides spell alike."""
+    rng = np.random.default_rng(7)
+    src, tgt = [], []
+    for _ in range(120):
+        words = rng.choice(30, size=6, replace=False)
+        src.append(" ".join(f"src{w}" for w in words))
+        tgt.append(" ".join(f"tgt{w}" for w in rng.permutation(words)))
+    src += ["quokka marmot wombat", "zanzibar src1 src2 src3"]
+    tgt += ["hangar lettuce trombone", "zanzibar tgt1 tgt2 tgt3"]
+    return pa.array(src), pa.array(tgt)
+
+
+def test_a_trained_pair_scored_leaving_itself_out_has_no_say_in_its_own_links():
+    src, tgt = _corpus_with_a_pair_of_rare_words()
+    options = AlignerOptions("xx", "yy", leave_one_out=True, stem_chars=0)
+    model = LexicalAligner.train(src, tgt, options)
+    trained = np.ones(len(src), bool)
+    whole = model.score(src, tgt)
+    left_out = model.score(src, tgt, trained=trained)
+    floor = float(np.log(options.floor))
+    # on the whole model the rare words link each other: the pair is far above the floor
+    assert whole[120] > floor + 4.0
+    # left out, they are known from no other pair: nothing links them, the pair scores the
+    # floor (its length term is 0: three words a side, as the corpus' median ratio)
+    assert model.length_log_ratio == 0.0
+    assert left_out[120] == pytest.approx(floor, abs=1e-4)
+    # the real pairs' words are known from the other pairs: their scores barely move
+    assert np.max(np.abs(left_out[:120] - whole[:120])) < 0.01
+    # a name both sides spell alike keeps its link and its weight
+    assert left_out[121] > left_out[120] + 3.0
+    # a pair the model never saw is scored on the whole model; so is every pair where the
+    # option is off (the flags are read only with it)
+    untrained = model.score(src, tgt, trained=np.zeros(len(src), bool))
+    np.testing.assert_array_equal(untrained, whole)
+    plain = LexicalAligner.train(src, tgt, dataclasses.replace(options, leave_one_out=False))
+    np.testing.assert_array_equal(plain.score(src, tgt, trained=trained), plain.score(src, tgt))
+    assert plain.content_hash != model.content_hash
+
+
+def test_leave_one_out_needs_the_word_counts():
+    with pytest.raises(InputError, match="leave_one_out needs idf_power"):
+        AlignerOptions("en", "de", leave_one_out=True, idf_power=0.0).check()
+    # an option at its old value is not saved: models saved before it keep their hash
+    assert "leave_one_out" not in AlignerOptions("en", "de").to_json()
+    assert '"leave_one_out":true' in AlignerOptions("en", "de", leave_one_out=True).to_json()
