@@ -337,7 +337,10 @@ class AlignStage:
             warnings.append(f"the alignment model tells the corpus' pairs from negatives made "
                             f"of them poorly: a threshold that keeps the real pairs rejects "
                             f"only {seen.negatives_rejected:.0%} of the negatives; train it on "
-                            "a larger or trusted corpus (align.trusted)")
+                            "a larger or trusted corpus (align.trusted)"
+                            + ("" if cfg.leave_one_out else
+                               ", or, for a few thousand long sentences, try "
+                               "align.leave_one_out = true (docs/quality.md)"))
         seen_pair = np.isin(seen_negatives.kinds, _PAIR_KINDS)  # what the threshold read
         shifted_kind = seen_neg.kinds == NEGATIVE_KINDS.index("shifted")
         made_from = seen_neg.rows[shifted_kind] if not outside else np.zeros(0, np.int64)
