@@ -12,7 +12,10 @@ picks some). ``--align`` lines are
 added to each recipe's ``[align]`` table. About a minute a setting on 2 cores. Prints one line
 per corpus and level, then the means over the 24 corpus-levels: real pairs rejected under junk
 (the WMT sample aside: its own rows hold junk) and with none, and the recall of the kinds
-only the alignment model catches.
+only the alignment model catches. ``--held-out-kinds`` mixes junk made differently instead
+(``tests.junk.HELD_OUT_MAKERS``: word salad, half the words replaced, a sentence appended to
+either side, a target cut to its half, a source-language target; nothing was tuned on them),
+with re-paired junk beside them as the reference.
 """
 
 from __future__ import annotations
@@ -29,7 +32,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from spr_data.testing import corpora_dir  # noqa: E402
-from tests.junk import CORPORA, load_corpus, ntrex, read_lines, run_quality  # noqa: E402
+from tests.junk import (  # noqa: E402
+    CORPORA,
+    HELD_OUT_MAKERS,
+    load_corpus,
+    ntrex,
+    read_lines,
+    run_quality,
+)
 
 LEVELS = (0.0, 0.1, 0.25, 0.5)
 HELD_OUT = ("cs", "fr")
@@ -79,6 +89,9 @@ def main() -> None:
     parser.add_argument("--junk-rows", type=int, default=8000,
                         help="rows of a mix with junk, at most (default 8,000, the quality "
                              "tests'; more than one slice of clean's tests what depends on it)")
+    parser.add_argument("--held-out-kinds", action="store_true",
+                        help="junk made differently (tests.junk.HELD_OUT_MAKERS) and re-paired "
+                             "junk, instead of the quality tests' kinds")
     parser.add_argument("--corpus", action="append", default=[],
                         help="only this corpus (its name as printed; repeatable)")
     args = parser.parse_args()
@@ -89,6 +102,8 @@ def main() -> None:
         parser.error(f"unknown --corpus {sorted(unknown)}; known: {[job[0] for job in todo]}")
     work = Path(tempfile.mkdtemp(prefix="spr-quality-sweep-"))
     rows: list[dict[str, Any]] = []
+    kinds = [*HELD_OUT_MAKERS, "re_paired"] if args.held_out_kinds else None
+    shown = list(kinds) if kinds else list(ALIGN_KINDS)
     try:
         for name, langs, corpus, foreign, japanese in todo:
             if args.corpus and name not in args.corpus:
@@ -98,13 +113,14 @@ def main() -> None:
             for level in LEVELS:
                 quality = run_quality(corpus, langs, foreign, work / f"{langs}-{level}",
                                       level=level, japanese=japanese, seed=13, recipe=recipe,
+                                      kinds=kinds,
                                       max_rows=30000 if level == 0 else args.junk_rows)
                 row = {"corpus": name, "level": level, "real_rejected": quality.real_rejected,
                        "recall": quality.recall, "real_by_reason": dict(quality.real_by_reason)}
                 rows.append(row)
-                recall = " ".join(f"{k} {quality.recall[k]:.2f}" for k in ALIGN_KINDS
+                recall = " ".join(f"{k} {quality.recall[k]:.2f}" for k in shown
                                   if k in quality.recall)
-                others = [v for k, v in quality.recall.items() if k not in ALIGN_KINDS]
+                others = [v for k, v in quality.recall.items() if k not in shown]
                 print(f"{name:<30} {level:>4}: real rejected {quality.real_rejected:6.2%}  "
                       f"{recall}  others >= {min(others, default=1.0):.2f}", flush=True)
                 shutil.rmtree(work / f"{langs}-{level}", ignore_errors=True)
@@ -118,7 +134,7 @@ def main() -> None:
     if not (junk and real and alone):  # --corpus named only the WMT sample, or nothing known
         return
     means = " ".join(f"{k} {sum(r['recall'][k] for r in junk) / len(junk):.3f}"
-                     for k in ALIGN_KINDS)
+                     for k in shown if all(k in r["recall"] for r in junk))
     settings = ", ".join(args.align + args.rules) or "the recipes"
     print(f"means over {len(rows)} corpus-levels ({settings}): "
           f"real rejected {sum(real) / len(real):.2%} under junk (worst {max(real):.2%}), "

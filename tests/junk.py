@@ -246,6 +246,69 @@ MAKERS: dict[str, Callable[[_Material], Pair]] = {
 KINDS: tuple[str, ...] = (*MAKERS, "duplicate", "shifted_block")
 
 
+def _units(text: str) -> list[str]:
+    """Words where ``text`` has spaces, else characters (Chinese, Japanese)."""
+    return text.split() if " " in text.strip() else list(text)
+
+
+def _joined(units: list[str], like: str) -> str:
+    return " ".join(units) if " " in like.strip() else "".join(units)
+
+
+def _word_salad(m: _Material) -> Pair:
+    pair = m.pool.draw(lambda p: len(set(_units(p[1]))) >= 4)
+    units = _units(pair[1])
+    shuffled = units[:]
+    while shuffled == units:
+        m.rng.shuffle(shuffled)
+    return pair[0], _joined(shuffled, pair[1])
+
+
+def _half_replaced(m: _Material) -> Pair:
+    pair = m.pool.draw(lambda p: len(_units(p[1])) >= 4)
+    other = _units(m.pool.draw(lambda p: _differ(pair, p))[1])
+    units = _units(pair[1])
+    for i in m.rng.sample(range(len(units)), len(units) // 2):
+        units[i] = m.rng.choice(other)
+    return pair[0], _joined(units, pair[1])
+
+
+def _appended(side: int) -> Callable[[_Material], Pair]:
+    def make(m: _Material) -> Pair:
+        pair = m.pool.draw()
+        other = m.pool.draw(lambda p: _differ(pair, p))
+        out = list(pair)
+        out[side] = _joined([pair[side], other[side]], pair[side])
+        return out[0], out[1]
+    return make
+
+
+def _half_cut(m: _Material) -> Pair:
+    pair = m.pool.draw(lambda p: len(_units(p[1])) >= 4)
+    units = _units(pair[1])
+    return pair[0], _joined(units[:len(units) // 2], pair[1])
+
+
+def _source_language_target(m: _Material) -> Pair:
+    pair = m.pool.draw()
+    return pair[0], m.pool.draw(lambda p: _differ(pair, p))[0]
+
+
+#: kinds no default mix holds and nothing was tuned on (``mix(kinds=...)`` makes them):
+#: junk made differently, to check the mechanisms on (``quality_sweep.py --held-out-kinds``).
+#: A target whose words are shuffled, whose words are half replaced by another target's, with
+#: another sentence appended, cut to its first half; a source with another sentence appended;
+#: another source-language sentence as the target.
+HELD_OUT_MAKERS: dict[str, Callable[[_Material], Pair]] = {
+    "word_salad": _word_salad,
+    "half_replaced": _half_replaced,
+    "appended_target": _appended(1),
+    "appended_source": _appended(0),
+    "half_cut": _half_cut,
+    "source_language_target": _source_language_target,
+}
+
+
 def default_kinds(*, foreign: Sequence[str] = (), japanese: Sequence[Pair] = ()) -> list[str]:
     """The kinds the given material allows (wrong_language needs ``foreign``, japanese needs
     Japanese pairs)."""
@@ -283,9 +346,10 @@ def mix(corpus: Sequence[Pair], level: float, *, kinds: Sequence[str] | None = N
         raise ValueError(f"level must be in [0, 1), got {level}")
     kinds = list(kinds) if kinds is not None else default_kinds(foreign=foreign,
                                                                 japanese=japanese)
-    unknown = set(kinds) - set(KINDS)
+    unknown = set(kinds) - set(KINDS) - set(HELD_OUT_MAKERS)
     if unknown:
-        raise ValueError(f"unknown junk kinds {sorted(unknown)}; known: {KINDS}")
+        raise ValueError(f"unknown junk kinds {sorted(unknown)}; known: "
+                         f"{(*KINDS, *HELD_OUT_MAKERS)}")
     if "wrong_language" in kinds and not foreign:
         raise ValueError("wrong_language needs foreign sentences")
     if "japanese" in kinds and not japanese:
@@ -301,6 +365,8 @@ def mix(corpus: Sequence[Pair], level: float, *, kinds: Sequence[str] | None = N
     if rows is None:
         # corpus pairs a junk row of each kind takes (with a margin for the picky kinds)
         uses = [1 + _OTHERS.get(k, 0) + (k == "re_paired") + 0.1 * (k == "shifted_block")
+                + (k in ("half_replaced", "appended_target", "appended_source",
+                         "source_language_target"))
                 - (k in ("duplicate", "japanese")) for k in kinds]
         per_row = 1 - level + level * (sum(uses) / len(uses) if uses else 0)
         enough = math.ceil(min_per_kind * len(kinds) / level) if level and kinds else 0
@@ -342,7 +408,7 @@ def mix(corpus: Sequence[Pair], level: float, *, kinds: Sequence[str] | None = N
         else:
             for _ in range(count):
                 inserts.append((rng.randrange(n_real + 1), rng.random(),
-                                [MAKERS[kind](material)], kind))
+                                [{**MAKERS, **HELD_OUT_MAKERS}[kind](material)], kind))
     inserts.sort(key=lambda t: (t[0], t[1]))
     pairs: list[Pair] = []
     labels: list[str | None] = []

@@ -154,6 +154,32 @@ def test_mix_has_the_asked_share_of_each_kind(corpora: Path, level: float):
         mix(corpus, 0.1, rows=1000, foreign=foreign, japanese=japanese)
 
 
+def test_held_out_kinds_are_made_as_named(corpora: Path):
+    """The kinds no default mix holds: each row is what its name says, made of pairs that
+    are not real rows."""
+    from tests.junk import HELD_OUT_MAKERS
+
+    corpus, _, _, _ = load_corpus(corpora, "multi30k-en-de")
+    kinds = list(HELD_OUT_MAKERS)
+    mixed = mix(corpus, 0.25, kinds=kinds, seed=5, rows=2000, min_per_kind=20)
+    assert set(mixed.count()) == set(kinds)
+    real = [p for p, k in zip(mixed.pairs, mixed.labels, strict=True) if k is None]
+    sources = {s for s, _ in real}
+    for (src, tgt), kind in zip(mixed.pairs, mixed.labels, strict=True):
+        if kind in ("word_salad", "half_replaced", "half_cut"):
+            assert src not in sources and len(tgt.split()) >= 2
+        if kind == "word_salad":
+            original = next(t for s, t in corpus if s == src)
+            assert sorted(tgt.split()) == sorted(original.split()) and tgt != original
+        elif kind == "half_cut":
+            original = next(t for s, t in corpus if s == src)
+            assert original.startswith(tgt) and len(tgt.split()) == len(original.split()) // 2
+        elif kind == "appended_source":
+            assert len(src.split()) > len(tgt.split())
+        elif kind == "source_language_target":
+            assert tgt in {s for s, _ in corpus} and tgt != src
+
+
 def test_mojibake_is_utf8_read_as_cp1252():
     assert mojibake("Männer") == "MÃ¤nner"
     assert mojibake("汤姆") == "æ±¤å§†"
