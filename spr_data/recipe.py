@@ -215,7 +215,7 @@ class AlignConfig:
     #: score each pair the model was trained on by what the other pairs taught it (its own
     #: share of the links taken out, a word seen once weighing nothing): in a small corpus of
     #: long sentences a junk pair's rare words otherwise link each other (NTREX, 1,937 news
-    #: pairs, 25% junk: re-paired junk caught 0.64 -> 0.82, real pairs lost 0.8 -> 1.6%);
+    #: pairs, 8 languages, 25% junk: re-paired caught 0.62 -> 0.81, real lost 0.96 -> 2.02%);
     #: it costs real pairs in corpora of short sentences (docs/quality.md, *Leave one out*)
     leave_one_out: bool = False
     #: the worse direction's weight in align_score, the better one's 1 - worse_weight (0.5:
@@ -434,6 +434,9 @@ def load_recipe(path: str | Path | None, langs: list[str], kind: str = "parallel
                          f"align.quantile ({align['quantile']!r}) both set the alignment "
                          "threshold; choose one: min_score, a fixed align_score, or quantile, "
                          "the share of the training pairs' scores to fall below it")
+    if recipe.align.leave_one_out and recipe.align.idf_power == 0.0:
+        raise InputError(f"recipe {p}: align.leave_one_out reads the word counts the weights "
+                         "keep; it needs align.idf_power > 0 (default 0.25)")
     if "model" in align and "trusted" in align:
         raise InputError(f"recipe {p}: align.model ({align['model']!r}) and align.trusted "
                          f"({align['trusted']!r}) both name where the alignment model comes "

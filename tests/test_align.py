@@ -927,6 +927,34 @@ def test_a_trained_pair_scored_leaving_itself_out_has_no_say_in_its_own_links():
     assert plain.content_hash != model.content_hash
 
 
+def test_a_word_repeated_in_its_pair_or_past_the_trained_tokens_is_left_out_as_it_was_taught():
+    """A pair whose rare words repeat in it taught the model all of their links: left out,
+    nothing links them (with a word's tokens counted one by one, the pair kept most of its
+    own links and scored higher left out than on the whole model). Tokens past the
+    ``max_train_tokens`` a side was trained on taught nothing: a word there keeps what
+    another pair taught it."""
+    base_src, base_tgt = _corpus_with_a_pair_of_rare_words()
+    real_src, real_tgt = base_src.to_pylist()[:120], base_tgt.to_pylist()[:120]
+    options = AlignerOptions("xx", "yy", leave_one_out=True, stem_chars=0)
+    floor = float(np.log(options.floor))
+    for junk in (("quokka quokka marmot wombat", "hangar hangar lettuce trombone"),
+                 ("koala koala koala koala numbat", "piano piano piano piano violin")):
+        src, tgt = pa.array([*real_src, junk[0]]), pa.array([*real_tgt, junk[1]])
+        model = LexicalAligner.train(src, tgt, options)
+        left_out = model.score(src, tgt, trained=np.ones(len(src), bool))
+        assert model.score(src, tgt)[-1] > floor + 4.0
+        assert left_out[-1] == pytest.approx(floor, abs=1e-3)
+    # trained on 3 tokens a side: the long pair taught only its first three words' links
+    short = dataclasses.replace(options, max_train_tokens=3)
+    src = pa.array([*real_src, "dingo src3", "quokka marmot wombat dingo"])
+    tgt = pa.array([*real_tgt, "tuba tgt3", "hangar lettuce trombone tuba"])
+    model = LexicalAligner.train(src, tgt, short)
+    left_out = model.score(src, tgt, trained=np.ones(len(src), bool))
+    # the rare words it was trained on weigh nothing; dingo-tuba, past them, is what the
+    # other pair taught: the pair is linked by it alone
+    assert left_out[-1] > floor + 4.0
+
+
 def test_leave_one_out_needs_the_word_counts():
     with pytest.raises(InputError, match="leave_one_out needs idf_power"):
         AlignerOptions("en", "de", leave_one_out=True, idf_power=0.0).check()

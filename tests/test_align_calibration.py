@@ -637,6 +637,12 @@ def test_a_model_from_an_earlier_run_is_reused_not_retrained(corpora: Path, tmp_
     assert align is not None and align["model"] == str(model) and align["trained_on"] == 0
     assert earlier.align is not None and align["model_hash"] == earlier.align["model_hash"]
     assert "shifted_lines" not in report.by_reason  # see _decide_task
+    # leave_one_out scores the pairs a model was trained on: none here, and it says so
+    recipe.write_text(f'[align]\nmodel = "{model}"\nleave_one_out = true\n')
+    loo = clean(ds, tmp_path / "b/loo", recipe=recipe, workers=1)
+    assert loo.align is not None and loo.by_reason == report.by_reason
+    assert any("leave_one_out" in w and "changes nothing" in w for w in loo.align["warnings"])
+    assert not any("leave_one_out" in w for w in align["warnings"])
     here = clean(ds, tmp_path / "b/here", workers=1)  # the model trained on this corpus
     where = row_of_id(ds)
     labels = np.asarray(kinds)

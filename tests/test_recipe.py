@@ -103,6 +103,13 @@ def test_min_score_and_quantile_together_are_refused_choose_one(tmp_path: Path):
     assert "choose one" in message
 
 
+def test_leave_one_out_without_word_weights_is_refused_when_the_recipe_is_read(tmp_path: Path):
+    # the counts it reads are kept with the weights: refused here, not after the rules ran
+    message = refusal(tmp_path, "[align]\nleave_one_out = true\nidf_power = 0.0\n")
+    assert "align.leave_one_out" in message and "idf_power" in message
+    assert load(tmp_path, "[align]\nleave_one_out = true\n").align.leave_one_out is True
+
+
 def test_min_score_alone_overrides_the_default_quantile(tmp_path: Path):
     recipe = load(tmp_path, "[align]\nmin_score = -3\n")
     assert recipe.align.min_score == -3.0 and isinstance(recipe.align.min_score, float)

@@ -662,7 +662,8 @@ _LOW32 = np.uint64(0xFFFFFFFF)
 
 
 def _left_out(block: _Block, link: F32, src_tok: NDArray[np.uint32], mine: NDArray[np.bool_],
-              counts: tuple[F64, F64], identity: I64) -> tuple[F32, tuple[F64, F64]]:
+              counts: tuple[F64, F64], identity: I64,
+              train_tokens: int) -> tuple[F32, tuple[F64, F64]]:
     """The links of the pairs ``mine`` marks (pairs the model was trained on) without what each
     pair taught the model itself, and each token's weight factor: the share of its word's
     count the other pairs hold (1 for the other pairs' tokens).
@@ -670,39 +671,67 @@ def _left_out(block: _Block, link: F32, src_tok: NDArray[np.uint32], mine: NDArr
     Why: EM learns a word seen once from its own pair alone, junk included, so a pair of rare
     words links itself whatever it is; a negative made of corpus sentences was never trained
     on and does not (measured on NTREX, 1,937 long news pairs, with 25% junk: re-paired junk
-    caught 0.51 in German). How, from the link strengths alone: an occurrence of a word seen
+    caught 0.51 in German). How, from the link strengths alone: each occurrence of a word seen
     ``c`` times holds ``1/c`` of its mass, spread over its pair's other side in proportion to
-    the links, so ``a' = max(0, a - share / c) · c / (c - 1)`` in each direction (``c`` the
-    source word's count for one, the target word's for the other; 0 where ``c`` is 1), and
-    the two directions are averaged as the links are. An approximation of EM's leave-one-out
-    (the posterior of the last round, a word repeated in its pair counted per token). A
-    word both sides hold (:func:`_with_identity_links`) keeps its identity link and its
-    weight: that evidence is not learnt."""
-    src_mine = mine[block.src_pair]
-    tgt_mine = mine[block.tgt_pair]
-    co_mine = src_mine[src_tok]
+    the links; the ``k`` occurrences of a word in the pair gave the word pair ``S`` (their
+    shares summed over the other side's occurrences of the partner), so ``a' = (a·c - S) /
+    (c - k)`` in each direction (``c`` and ``k`` the source word's for one, the target word's
+    for the other; 0 where ``k`` is ``c``), kept within [0, 1], and the two directions are
+    averaged as the links are; each token weighs ``(c - k) / c``. Only the first
+    ``train_tokens`` tokens of each side were trained on: the rest keep their links and
+    weights. An approximation of EM's leave-one-out (the posteriors of the last round read
+    from the links). A word both sides hold (:func:`_with_identity_links`) keeps its identity
+    link and its weight: that evidence is not learnt."""
+    n_src, n_tgt = block.src_ids.size, block.tgt_ids.size
+    own_src = mine[block.src_pair] & (_positions(block.src_pair, block.n_pairs) < train_tokens)
+    own_tgt = mine[block.tgt_pair] & (_positions(block.tgt_pair, block.n_pairs) < train_tokens)
+    at = np.flatnonzero(own_src[src_tok] & own_tgt[block.gf])
+    i, j = src_tok[at].astype(np.int64), block.gf[at]
     value = link.astype(np.float64)
-    c_src, c_tgt = counts[0][block.src_ids], counts[1][block.tgt_ids]
-    per_src = np.add.reduceat(value, block.runs)
-    per_tgt = np.bincount(block.gf, value, minlength=block.tgt_ids.size)
-    out = value.copy()
-    at = np.flatnonzero(co_mine)
     v = value[at]
+    # each own token's word within its pair, and how often the pair holds it
+    word_e = _groups(block.src_pair, block.src_ids, own_src)
+    word_f = _groups(block.tgt_pair, block.tgt_ids, own_tgt)
+    k_e = np.bincount(word_e[own_src], minlength=n_src)[word_e]
+    k_f = np.bincount(word_f[own_tgt], minlength=n_tgt)[word_f]
+    c_src, c_tgt = counts[0][block.src_ids], counts[1][block.tgt_ids]
     both = np.zeros(at.size)
-    for c, total in ((c_src[src_tok[at]], per_src[src_tok[at]]),
-                     (c_tgt[block.gf[at]], per_tgt[block.gf[at]])):
+    for token, word, partner, c, k in ((i, word_e[i], block.tgt_ids[j], c_src, k_e),
+                                       (j, word_f[j], block.src_ids[i], c_tgt, k_f)):
+        total = np.bincount(token, v, minlength=c.size)[token]
         share = np.divide(v, total, out=np.zeros_like(v), where=total > 0)
-        rest = np.maximum(0.0, v - share / c) * c / np.maximum(c - 1.0, 1.0)
-        both += np.where(c > 1.0, rest, 0.0)
+        # what the pair gave each of its word pairs: the shares of all their co-occurrences
+        _, word_pair = np.unique(word * np.int64(1 << 20) + partner, return_inverse=True)
+        given = np.bincount(word_pair, share)[word_pair]
+        ct, kt = c[token], k[token].astype(np.float64)
+        rest = np.divide(v * ct - given, ct - kt, out=np.zeros_like(v), where=ct > kt)
+        both += np.clip(rest, 0.0, 1.0)
+    out = value.copy()
     out[at] = both / 2
-    same = identity[block.src_ids][src_tok[at]] == block.tgt_ids[block.gf[at]]
+    same = identity[block.src_ids][i] == block.tgt_ids[j]
     out[at[same]] = np.maximum(out[at[same]], IDENTITY_LINK)
-    own_src = np.where(src_mine, (c_src - 1.0) / c_src, 1.0)
-    own_tgt = np.where(tgt_mine, (c_tgt - 1.0) / c_tgt, 1.0)
-    own_src[src_tok[at[same]]] = 1.0
-    own_tgt[block.gf[at[same]]] = 1.0
+    weight_src = np.where(own_src, (c_src - k_e) / c_src, 1.0)
+    weight_tgt = np.where(own_tgt, (c_tgt - k_f) / c_tgt, 1.0)
+    weight_src[i[same]] = 1.0
+    weight_tgt[j[same]] = 1.0
     return (out.astype(np.float32),
-            (np.maximum(own_src, _UNK_WEIGHT), np.maximum(own_tgt, _UNK_WEIGHT)))
+            (np.maximum(weight_src, _UNK_WEIGHT), np.maximum(weight_tgt, _UNK_WEIGHT)))
+
+
+def _positions(pair: I64, n_pairs: int) -> I64:
+    """Each token's position in its side of its pair (tokens of a pair are contiguous)."""
+    first = np.zeros(n_pairs, np.int64)
+    np.cumsum(np.bincount(pair, minlength=n_pairs)[:-1], out=first[1:])
+    return np.arange(pair.size, dtype=np.int64) - first[pair]
+
+
+def _groups(pair: I64, ids: I32, own: NDArray[np.bool_]) -> I64:
+    """A number for each (pair, word) of the ``own`` tokens, the same for a word's tokens in
+    one pair (the other tokens: numbers of their own, never shared)."""
+    key = pair.astype(np.int64) * np.int64(1 << 20) + ids
+    key[~own] = -1 - np.arange(int(np.count_nonzero(~own)), dtype=np.int64)
+    _, inverse = np.unique(key, return_inverse=True)
+    return inverse.astype(np.int64)
 
 
 def _capped_links(block: _Block, link: F32, src_tok: NDArray[np.uint32], l_len: I64,
@@ -1516,7 +1545,8 @@ class LexicalAligner:
                 mine = left_out[done:done + k]
                 if mine.any():
                     link, own = _left_out(block, link, src_tok, mine, self._counts,
-                                          self._identity_partner)
+                                          self._identity_partner,
+                                          self.options.max_train_tokens)
             if fertility > 0.0:
                 lens = slice(done, done + k)
                 best_f, best_e = _capped_links(block, link, src_tok, l_len[lens], m_len[lens],

@@ -338,9 +338,13 @@ class AlignStage:
                             f"of them poorly: a threshold that keeps the real pairs rejects "
                             f"only {seen.negatives_rejected:.0%} of the negatives; train it on "
                             "a larger or trusted corpus (align.trusted)"
-                            + ("" if cfg.leave_one_out else
+                            + ("" if cfg.leave_one_out or outside else
                                ", or, for a few thousand long sentences, try "
                                "align.leave_one_out = true (docs/quality.md)"))
+        if cfg.leave_one_out and outside:
+            warnings.append("align.leave_one_out scores the pairs a model was trained on; "
+                            "with align.trusted or align.model no pair of this corpus is, "
+                            "and it changes nothing")
         seen_pair = np.isin(seen_negatives.kinds, _PAIR_KINDS)  # what the threshold read
         shifted_kind = seen_neg.kinds == NEGATIVE_KINDS.index("shifted")
         made_from = seen_neg.rows[shifted_kind] if not outside else np.zeros(0, np.int64)
@@ -525,9 +529,11 @@ class AlignStage:
                 src_alive, tgt_alive = batch.column("src").take(at), batch.column("tgt").take(at)
                 links.add(src_alive, tgt_alive,
                           _p_values(scores[alive], seen[alive], info) < _SURE)
-                if whole_model:
-                    whole = np.full(n, np.nan, dtype=np.float32)
-                    whole[alive] = aligner.score(src_alive, tgt_alive)
+                if whole_model and seen[alive].any():  # an unseen row's score is the whole's
+                    whole = scores.copy()
+                    again = alive[seen[alive]]
+                    picked = pa.array(np.flatnonzero(seen[alive]))
+                    whole[again] = aligner.score(src_alive.take(picked), tgt_alive.take(picked))
             whole_parts.append(whole)
             id_parts.append(ids)
             score_parts.append(scores)
