@@ -662,7 +662,7 @@ _LOW32 = np.uint64(0xFFFFFFFF)
 
 
 def _left_out(block: _Block, link: F32, src_tok: NDArray[np.uint32], mine: NDArray[np.bool_],
-              counts: tuple[F64, F64], identity: I64,
+              counts: tuple[I64, I64], identity: I64,
               train_tokens: int) -> tuple[F32, tuple[F64, F64]]:
     """The links of the pairs ``mine`` marks (pairs the model was trained on) without what each
     pair taught the model itself, and each token's weight factor: the share of its word's
@@ -694,7 +694,8 @@ def _left_out(block: _Block, link: F32, src_tok: NDArray[np.uint32], mine: NDArr
     word_f = _groups(block.tgt_pair, block.tgt_ids, own_tgt)
     k_e = np.bincount(word_e[own_src], minlength=n_src)[word_e]
     k_f = np.bincount(word_f[own_tgt], minlength=n_tgt)[word_f]
-    c_src, c_tgt = counts[0][block.src_ids], counts[1][block.tgt_ids]
+    c_src, c_tgt = (np.maximum(c[ids], 1).astype(np.float64)  # training counts, UNK's too
+                    for c, ids in ((counts[0], block.src_ids), (counts[1], block.tgt_ids)))
     both = np.zeros(at.size)
     for token, word, partner, c, k in ((i, word_e[i], block.tgt_ids[j], c_src, k_e),
                                        (j, word_f[j], block.src_ids[i], c_tgt, k_f)):
@@ -1541,12 +1542,12 @@ class LexicalAligner:
             link = links.find(block, src_tok)
             k = block.n_pairs
             own = None  # each token's share of its count the other pairs hold
-            if left_out is not None and w_src is not None and w_tgt is not None:
-                mine = left_out[done:done + k]
-                if mine.any():
-                    link, own = _left_out(block, link, src_tok, mine, self._counts,
-                                          self._identity_partner,
-                                          self.options.max_train_tokens)
+            # (leave_one_out needs idf_power > 0, so the counts are kept: options.check)
+            if (left_out is not None and self.src_counts is not None
+                    and self.tgt_counts is not None and left_out[done:done + k].any()):
+                link, own = _left_out(block, link, src_tok, left_out[done:done + k],
+                                      (self.src_counts, self.tgt_counts),
+                                      self._identity_partner, self.options.max_train_tokens)
             if fertility > 0.0:
                 lens = slice(done, done + k)
                 best_f, best_e = _capped_links(block, link, src_tok, l_len[lens], m_len[lens],
@@ -1578,14 +1579,6 @@ class LexicalAligner:
         out[1, rows] = fwd
         out[2, rows] = bwd
         return out
-
-    @functools.cached_property
-    def _counts(self) -> tuple[F64, F64]:
-        """Each id's training count (at least 1), source and target."""
-        src, tgt = (np.zeros(1, np.int64) if c is None else c
-                    for c in (self.src_counts, self.tgt_counts))
-        return (np.maximum(src.astype(np.float64), 1.0),
-                np.maximum(tgt.astype(np.float64), 1.0))
 
     @functools.cached_property
     def _identity_partner(self) -> I64:

@@ -523,18 +523,19 @@ class AlignStage:
                 scores[todo] = aligner.score(batch.column("src").take(rows_todo),
                                              batch.column("tgt").take(rows_todo),
                                              trained=seen[todo])
-            whole = scores
             if shift and alive.size:
                 at = pa.array(alive)
                 src_alive, tgt_alive = batch.column("src").take(at), batch.column("tgt").take(at)
                 links.add(src_alive, tgt_alive,
                           _p_values(scores[alive], seen[alive], info) < _SURE)
-                if whole_model and seen[alive].any():  # an unseen row's score is the whole's
-                    whole = scores.copy()
-                    again = alive[seen[alive]]
-                    picked = pa.array(np.flatnonzero(seen[alive]))
-                    whole[again] = aligner.score(src_alive.take(picked), tgt_alive.take(picked))
-            whole_parts.append(whole)
+            if whole_model:  # an unseen row's score is the whole model's already
+                whole = scores.copy()
+                again = np.flatnonzero(seen[alive])
+                if again.size:
+                    picked = pa.array(again)
+                    whole[alive[again]] = aligner.score(src_alive.take(picked),
+                                                        tgt_alive.take(picked))
+                whole_parts.append(whole)
             id_parts.append(ids)
             score_parts.append(scores)
             seen_parts.append(seen)
@@ -554,8 +555,8 @@ class AlignStage:
             trained_cross = _trained_cross(
                 ids[alive], np.load(state["shift_skip_ids"], allow_pickle=False))
             down, up = links.scores()
-            whole = joined(whole_parts, np.float32)
-            shifted[alive] = shifted_from_cross(whole[alive], down, up,
+            own = joined(whole_parts, np.float32) if whole_model else scores
+            shifted[alive] = shifted_from_cross(own[alive], down, up,
                                                 threshold=threshold[alive],
                                                 trained_cross=trained_cross,
                                                 min_links=self.config.shift_links)
