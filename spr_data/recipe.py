@@ -196,6 +196,11 @@ class AlignConfig:
     min_p_translation: float = _key(0.8, 0.0, 1.0, low_open=True, why=_PROBABILITY)
     #: synthetic negatives of each kind, as a share of the training pairs
     negatives_share: float = _key(0.02, 0.0, 1.0, low_open=True, why=_SHARE)
+    #: reject a pair where one side says more than the other (a sentence appended, a side
+    #: cut short): its length ratio and its two directions' difference, each in the corpus'
+    #: own spreads, both pointing the same way by more than this many spreads together
+    #: (:class:`spr_data.qa.align.PartialFit`); 0 turns the check off
+    partial_z: float = _key(4.0, 0.0, why="0 turns the check off")
     #: reject runs of rows one line out of step (a Moses file that lost a line): a run needs
     #: this many neighbouring rows whose lines translate each other better than their own;
     #: 0 turns it off (see :func:`spr_data.qa.align.shifted_runs`)

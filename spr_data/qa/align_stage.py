@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from spr_data.qa.align import (
     Calibration,
     LexicalAligner,
     Negatives,
+    PartialFit,
     calibrate,
     merged_counts,
     p_translation,
@@ -49,10 +50,12 @@ from spr_data.qa.stage import CombineContext, StageOutput, UnitRows
 from spr_data.recipe import AlignConfig
 from spr_data.schema import ID
 
-__all__ = ["ALIGN_SCORE", "P_TRANSLATION", "SCORE_HISTOGRAM_EDGES", "AlignStage"]
+__all__ = ["ALIGN_SCORE", "PARTIAL_Z", "P_TRANSLATION", "SCORE_HISTOGRAM_EDGES", "AlignStage"]
 
 ALIGN_SCORE = "align_score"
 P_TRANSLATION = "p_translation"
+#: how far one side says more than the other, in the corpus' spreads (:class:`PartialFit`)
+PARTIAL_Z = "partial_z"
 #: the edges of the kept / rejected score histograms in the report
 SCORE_HISTOGRAM_EDGES = np.linspace(-20.0, 0.0, 201)
 #: ``p_translation`` from which a row is surely a translation (see ``shifted_lines``)
@@ -91,7 +94,8 @@ _PAIR_KINDS = [NEGATIVE_KINDS.index("repaired"), NEGATIVE_KINDS.index("shifted")
 
 @dataclass(frozen=True)
 class AlignStage:
-    """``low_alignment`` and ``shifted_lines`` from a lexical model trained on the corpus.
+    """``low_alignment``, ``partial_translation`` and ``shifted_lines`` from a lexical model
+    trained on the corpus.
 
     ``rules`` is the recipe's rules stage (or None): the negatives must pass it as the
     corpus' junk had to. ``src_lang``/``tgt_lang`` name the model's language pair.
@@ -105,8 +109,8 @@ class AlignStage:
     #: that run): its decision is reused, not made again (see :meth:`combine`)
     cleaned: str | None = None
     name: str = "align"
-    reasons: tuple[str, ...] = ("low_alignment", "shifted_lines")
-    columns: tuple[str, ...] = (ALIGN_SCORE, P_TRANSLATION)
+    reasons: tuple[str, ...] = ("low_alignment", "partial_translation", "shifted_lines")
+    columns: tuple[str, ...] = (ALIGN_SCORE, P_TRANSLATION, PARTIAL_Z)
     #: the combine step trains for a minute and grows the main process' heap: the runner
     #: gives it back after (the stage restarts the workers itself before EM)
     heavy_combine: bool = True
@@ -198,6 +202,7 @@ class AlignStage:
         # the rules would have taken (a length ratio of 10) widen their low tail and the junk
         # share is underestimated (measured: 0.28 for 0.40 on Multi30k with 50% junk)
         length_fit = self._length_fit(calib_src, calib_tgt)
+        calib_sides = self._length_z(calib_src, calib_tgt, length_fit)
         seen_neg = seen_neg.only(self._passes_rules(seen_neg.src, seen_neg.tgt, length_fit))
         unseen_neg = unseen_neg.only(self._passes_rules(unseen_neg.src, unseen_neg.tgt,
                                                         length_fit))
@@ -257,15 +262,16 @@ class AlignStage:
             del aligner
             for part in (calib_scores, unseen_scores, seen_scores):
                 part[0] -= np.float32(weight) * part[1]
-        calib_scores, unseen_scores, seen_scores = (
-            part[0] for part in (calib_scores, unseen_scores, seen_scores))
         # the corpus rows scored here are not scored again in the decide step: the same model,
         # its punctuation term as it applies it, so the same float32 bits (at 100k pairs they
-        # are 65,536 of the 95,477 rows the stage decides)
+        # are 65,536 of the 95,477 rows the stage decides); with both directions' scores
         calib_ids = ids[calib]
         by_id = np.argsort(calib_ids, kind="stable")
         _save(paths["scored_ids"], calib_ids[by_id])
-        _save(paths["scored"], calib_scores[by_id].astype(np.float32))
+        _save(paths["scored"], calib_scores[[0, 2, 3]][:, by_id].astype(np.float32))
+        calib_d = calib_scores[2] - calib_scores[3]
+        calib_scores, unseen_scores, seen_scores = (
+            part[0] for part in (calib_scores, unseen_scores, seen_scores))
 
         def calibrated(corpus: np.ndarray, negatives: Any, scores: np.ndarray) -> Any:
             # calibrated on the negatives that are two whole sentences (see _PAIR_KINDS)
@@ -345,6 +351,21 @@ class AlignStage:
             warnings.append("align.leave_one_out scores the pairs a model was trained on; "
                             "with align.trusted or align.model no pair of this corpus is, "
                             "and it changes nothing")
+        partial_info = None
+        if cfg.partial_z > 0.0 and calib_sides is not None and length_fit is not None:
+            # fitted on the rows the alignment keeps: junk it rejects would widen the spreads
+            kept = calib_scores >= np.where(trained_scored, thresholds["seen"],
+                                            thresholds["unseen"])
+            signs = (calib_d[kept], calib_sides[0][kept], calib_sides[1][kept])
+            partial = PartialFit.of(*signs)
+            if partial is None:
+                warnings.append("too few pairs to fit how far one side may say more than the "
+                                "other; partial_translation is not checked")
+            else:
+                partial_info = {"z": cfg.partial_z, "fit": asdict(partial),
+                                "length_fit": asdict(length_fit),
+                                "rejected": round(float(np.mean(
+                                    np.abs(partial.u(*signs)) > cfg.partial_z)), 6)}
         seen_pair = np.isin(seen_negatives.kinds, _PAIR_KINDS)  # what the threshold read
         shifted_kind = seen_neg.kinds == NEGATIVE_KINDS.index("shifted")
         made_from = seen_neg.rows[shifted_kind] if not outside else np.zeros(0, np.int64)
@@ -391,6 +412,8 @@ class AlignStage:
                                "negatives": list(seen.negatives_histogram)},
                 "p_translation": list(seen.p_translation),
                 "p_translation_unseen": list(unseen.p_translation),
+                # how far one side may say more than the other (None: not checked)
+                "partial": partial_info,
                 "warnings": warnings}
         atomic_write_bytes(paths["info"], json.dumps(info).encode())
         return {**state, "info": info}
@@ -433,7 +456,7 @@ class AlignStage:
         _save(paths["trained_ids"], np.zeros(0, np.uint64))
         _save(paths["shift_skip_ids"], np.zeros((0, 2), np.uint64))
         _save(paths["scored_ids"], np.zeros(0, np.uint64))
-        _save(paths["scored"], np.zeros(0, np.float32))
+        _save(paths["scored"], np.zeros((3, 0), np.float32))
         decided = {**info, "method": "as cleaned before", "threshold": lowest,
                    "threshold_unseen": lowest, "p_translation": table,
                    "p_translation_unseen": table, "cleaned_before": str(before),
@@ -483,6 +506,14 @@ class AlignStage:
             return None
         return self.rules.length_fit(pa.RecordBatch.from_arrays([src, tgt], ["src", "tgt"]))
 
+    def _length_z(self, src: pa.Array, tgt: pa.Array, fit: LengthRatioFit | None
+                  ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Each pair's length ratio in ``fit``'s spreads and the length they are taken at (None
+        without a rules stage: no corpus fit to judge by)."""
+        if self.rules is None or fit is None:
+            return None
+        return self.rules.length_z(pa.RecordBatch.from_arrays([src, tgt], ["src", "tgt"]), fit)
+
     # -- apply: score and decide ------------------------------------------------------------
 
     def apply(self, rows: UnitRows, state: dict[str, Any],
@@ -509,6 +540,9 @@ class AlignStage:
         # on the quality sweep with leave_one_out, comparing the two: real Tatoeba eng-ben
         # pairs taken as shifted lines up to 429 of 8,000)
         whole_model = shift and aligner.options.leave_one_out
+        partial = info.get("partial")
+        length_fit = None if partial is None else LengthRatioFit(**partial["length_fit"])
+        sides_parts: list[np.ndarray] = []  # per row: d, z, length (NaN where not scored)
         start = 0
         for batch in rows:
             n = batch.num_rows
@@ -516,16 +550,24 @@ class AlignStage:
             seen = np.isin(ids, trained)
             # in file order, the rows no earlier stage rejected
             alive = np.flatnonzero(~rejected[start:start + n])
-            scores = np.full(n, np.nan, dtype=np.float32)
-            todo = alive[~known.lookup(ids[alive], scores, alive)]
+            scored = np.full((3, n), np.nan, dtype=np.float32)  # score, forward, backward
+            todo = alive[~known.lookup(ids[alive], scored, alive)]
             if todo.size:
                 rows_todo = pa.array(todo)
-                scores[todo] = aligner.score(batch.column("src").take(rows_todo),
-                                             batch.column("tgt").take(rows_todo),
-                                             trained=seen[todo])
-            if shift and alive.size:
+                fresh = aligner.scores(batch.column("src").take(rows_todo),
+                                       batch.column("tgt").take(rows_todo), trained=seen[todo])
+                scored[:, todo] = (fresh.score, fresh.forward, fresh.backward)
+            scores = scored[0]
+            if (shift or partial is not None) and alive.size:
                 at = pa.array(alive)
                 src_alive, tgt_alive = batch.column("src").take(at), batch.column("tgt").take(at)
+            if partial is not None:
+                sides = np.full((3, n), np.nan)
+                sides[0] = scored[1].astype(np.float64) - scored[2]
+                if alive.size:
+                    sides[1:, alive] = self._length_z(src_alive, tgt_alive, length_fit)
+                sides_parts.append(sides)
+            if shift and alive.size:
                 links.add(src_alive, tgt_alive,
                           _p_values(scores[alive], seen[alive], info) < _SURE)
             if whole_model:  # an unseen row's score is the whole model's already
@@ -545,10 +587,18 @@ class AlignStage:
         unscored = np.isnan(scores)
         threshold = np.where(seen, info["threshold"], info["threshold_unseen"])
         p_values = _p_values(scores, seen, info)
+        low_alignment = scores < threshold
+        # one side saying more than the other, where the alignment itself keeps the pair
+        partial_z = np.full(len(scores), np.nan)
+        if partial is not None:
+            sides = np.concatenate(sides_parts, axis=1)
+            partial_z = PartialFit(**partial["fit"]).u(sides[0], sides[1], sides[2])
+        one_sided = (np.abs(np.nan_to_num(partial_z)) > (partial or {}).get("z", np.inf)) \
+            & ~low_alignment
         out = StageOutput(columns={
             ALIGN_SCORE: pa.array(scores, mask=unscored),
-            P_TRANSLATION: pa.array(np.asarray(p_values, np.float32), mask=unscored)})
-        low_alignment = scores < threshold
+            P_TRANSLATION: pa.array(np.asarray(p_values, np.float32), mask=unscored),
+            PARTIAL_Z: pa.array(partial_z.astype(np.float32), mask=np.isnan(partial_z))})
         shifted = np.zeros(len(scores), dtype=bool)
         if shift:
             alive = np.flatnonzero(~rejected)
@@ -560,10 +610,11 @@ class AlignStage:
                                                 threshold=threshold[alive],
                                                 trained_cross=trained_cross,
                                                 min_links=self.config.shift_links)
-        out.rejects = [("low_alignment", low_alignment), ("shifted_lines", shifted)]
+        out.rejects = [("low_alignment", low_alignment), ("partial_translation", one_sided),
+                       ("shifted_lines", shifted)]
         # the report's kept / rejected histograms (rejected: by alignment, or by another
         # reason first)
-        final = rejected | low_alignment | shifted
+        final = rejected | low_alignment | one_sided | shifted
         out.stats = {
             "kept": _histogram(scores[~final]),
             "rejected_low_alignment": _histogram(scores[low_alignment]),
@@ -595,23 +646,26 @@ def _p_values(scores: np.ndarray, seen: np.ndarray, info: dict[str, Any]) -> np.
 
 
 class _ScoredBefore:
-    """The corpus rows the combine step scored for the calibration, by id (none for a state
-    written before it kept them)."""
+    """The corpus rows the combine step scored for the calibration, by id: ``align_score``
+    and both directions (none for a state written before it kept all three)."""
 
     def __init__(self, state: dict[str, Any]) -> None:
         self.ids = np.zeros(0, np.uint64)
-        self.scores = np.zeros(0, np.float32)
+        self.scores = np.zeros((3, 0), np.float32)
         if "scored_ids" in state:
-            self.ids = np.load(state["scored_ids"], allow_pickle=False)
-            self.scores = np.load(state["scored"], allow_pickle=False)
+            scores = np.load(state["scored"], allow_pickle=False)
+            if scores.ndim == 2:
+                self.ids = np.load(state["scored_ids"], allow_pickle=False)
+                self.scores = scores
 
     def lookup(self, ids: np.ndarray, out: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Write the known scores of ``ids`` to ``out[rows]``; return which were known."""
+        """Write the known scores of ``ids`` to ``out[:, rows]`` (``align_score``, forward,
+        backward); return which were known."""
         if self.ids.size == 0:
             return np.zeros(ids.size, dtype=bool)
         at = np.minimum(np.searchsorted(self.ids, ids), self.ids.size - 1)
         found: np.ndarray = self.ids[at] == ids
-        out[rows[found]] = self.scores[at[found]]
+        out[:, rows[found]] = self.scores[:, at[found]]
         return found
 
 
@@ -696,13 +750,14 @@ def _model(path: str | Path, model_hash: str) -> LexicalAligner:
 
 
 def _score_task(task: _ScoreTask) -> np.ndarray:
-    """Rows: ``align_score``, the punctuation mismatch (0/1)."""
+    """Rows: ``align_score``, the punctuation mismatch (0/1), forward, backward."""
     aligner = _model(task.model, task.model_hash)
     with pa.memory_map(task.pairs) as source:
         table = pa.ipc.open_file(source).read_all().slice(task.lo, task.hi - task.lo)
     scored = aligner.scores(table.column("src"), table.column("tgt"),
                             trained=table.column("trained").to_numpy(zero_copy_only=False))
-    out = np.stack([scored.score, scored.punct_mismatch.astype(np.float32)])
+    out = np.stack([scored.score, scored.punct_mismatch.astype(np.float32), scored.forward,
+                    scored.backward])
     del table, scored
     release_heap()  # this worker goes on to the decide step
     return out
@@ -743,7 +798,7 @@ def _scores_in_tasks(context: CombineContext, model: Path, model_hash: str, pair
     finally:
         pairs.unlink(missing_ok=True)
     scores = (np.concatenate([done[i] for i in range(len(tasks))], axis=1) if tasks
-              else np.zeros((2, 0), np.float32))
+              else np.zeros((4, 0), np.float32))
     bounds = np.cumsum([0, *sizes])
     return [scores[:, lo:hi] for lo, hi in itertools.pairwise(bounds)]
 

@@ -542,8 +542,12 @@ class LengthRatioFit:
         """Signed distance of each pair's log ratio from the centre, in spreads (src longer
         is positive)."""
         x = np.log((a + s) / (b + s))
-        length = np.maximum(a, b * math.exp(self.center))
-        return np.asarray((x - self.center) / np.sqrt(self.floor + self.per_char / (length + s)))
+        return np.asarray((x - self.center)
+                          / np.sqrt(self.floor + self.per_char / (self.length(a, b) + s)))
+
+    def length(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """The length the longer side predicts for both (what the spread shrinks with)."""
+        return np.asarray(np.maximum(a, b * math.exp(self.center)))
 
 
 def _length_units(texts: pa.Array, lang: str, prof: TextProfile | None = None) -> np.ndarray:
@@ -605,6 +609,15 @@ class RulesStage:
         a, b = (_length_units(batch.column(name), lang)
                 for name, lang in zip(self.text_columns, self.langs, strict=True))
         return LengthRatioFit.of(a, b, s)
+
+    def length_z(self, batch: pa.RecordBatch,
+                 fit: LengthRatioFit) -> tuple[np.ndarray, np.ndarray]:
+        """Each pair's length ratio against ``fit`` (a corpus'), in its spreads, and the length
+        the spread is taken at (:meth:`LengthRatioFit.length`)."""
+        s = self.config.length_ratio_smoothing
+        a, b = (_length_units(batch.column(name), lang)
+                for name, lang in zip(self.text_columns, self.langs, strict=True))
+        return fit.z(a, b, s), fit.length(a, b)
 
     def apply(self, batch: pa.RecordBatch, rejected: np.ndarray | None = None, *,
               length_fit: LengthRatioFit | None = None) -> StageOutput:
