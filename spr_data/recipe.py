@@ -200,7 +200,7 @@ class AlignConfig:
     #: cut short): its length ratio and its two directions' difference, each in the corpus'
     #: own spreads, both pointing the same way by more than this many spreads together
     #: (:class:`spr_data.qa.align.PartialFit`); 0 turns the check off
-    partial_z: float = _key(4.0, 0.0, why="0 turns the check off")
+    partial_z: float = _key(4.5, 0.0, why="0 turns the check off")
     #: reject runs of rows one line out of step (a Moses file that lost a line): a run needs
     #: this many neighbouring rows whose lines translate each other better than their own;
     #: 0 turns it off (see :func:`spr_data.qa.align.shifted_runs`)
