@@ -3,10 +3,12 @@ score and decide each unit (apply).
 
 *Combine* samples the pairs no earlier stage rejected, trains the lexical model on them with
 synthetic negatives in place of some (:mod:`spr_data.qa.align`), scores the corpus sample and
-the negatives, and calibrates the thresholds; the model and the ids it needs are files in the
-work directory, named in the state. *Apply* scores a unit's pairs, adds ``align_score`` and
-``p_translation``, rejects ``low_alignment`` below the threshold and ``shifted_lines`` where a
-run of neighbours translate each other better than their own lines.
+the negatives, calibrates the thresholds and fits how far one side may say more than the
+other (:class:`spr_data.qa.align.PartialFit`); the model and the ids it needs are files in the
+work directory, named in the state. *Apply* scores a unit's pairs, adds ``align_score``,
+``p_translation`` and ``partial_z``, rejects ``low_alignment`` below the threshold,
+``partial_translation`` beyond that fit and ``shifted_lines`` where a run of neighbours
+translate each other better than their own lines.
 """
 
 from __future__ import annotations
