@@ -437,6 +437,9 @@ def test_the_same_recipe_again_keeps_its_decision(corpora: Path, tmp_path: Path,
     assert again.align is not None and again.align["method"] == "as cleaned before"
     assert again.align["model_hash"] == once.align["model_hash"]  # type: ignore[index]
     assert again.rows_rejected <= 0.003 * again.rows_in, again.by_reason
+    # each row kept was within the fit of its own group: within the nearer one again
+    assert once.align["partial_translation"]["fit_unseen"] is not None  # type: ignore[index]
+    assert "partial_translation" not in again.by_reason
     kept = open_dataset(tmp_path / "once")
     flagged = kept.take(np.arange(0, len(kept), 997)).column("id").to_pylist()
     (tmp_path / "q.jsonl").write_text("".join(json.dumps({"id": i}) + "\n" for i in flagged))

@@ -2354,8 +2354,9 @@ class PartialFit:
     words are the worse explained), in spreads of ``floor + per_unit / (length + 1)``: a mean
     over fewer tokens is noisier. A target cut to its half, or a sentence appended to the
     source, moves both one way; a sentence appended to the target or a source cut, both the
-    other. For translations, ``u = (z + d) / √(2 + 2ρ)`` is about a standard normal (ρ: their
-    correlation: a longer source has more words the target does not explain). Fitted like the
+    other. For translations, ``u = (z + d) / (√(2 + 2ρ) · scale)``, ``d`` in its spreads, is
+    about a standard normal (ρ: their correlation: a longer source has more words the target
+    does not explain). Fitted like the
     length ratio: on the rows within 3 spreads of both, 4 rounds (sigma clipping), so that junk
     to one side neither moves the centre nor widens the spread; then ``u``'s own spread (its
     ``scale``), on the rows within :attr:`U_CLIP` of it.
@@ -2421,6 +2422,8 @@ class PartialFit:
             if inner.size < cls.MIN_ROWS:
                 break
             scale = math.sqrt(float(np.mean(inner ** 2)) / _clipped_variance(cls.U_CLIP))
+        if not (math.isfinite(scale) and scale > math.sqrt(cls.MIN_VARIANCE)):
+            return None  # the pairs do not spread (one pair repeated): nothing to tell by
         return dataclasses.replace(fit, scale=scale)
 
     def d_spreads(self, d: NDArray[Any], length: NDArray[Any]) -> F64:

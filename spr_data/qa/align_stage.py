@@ -111,7 +111,7 @@ class AlignStage:
     #: that run): its decision is reused, not made again (see :meth:`combine`)
     cleaned: str | None = None
     name: str = "align"
-    reasons: tuple[str, ...] = ("low_alignment", "partial_translation", "shifted_lines")
+    reasons: tuple[str, ...] = ("low_alignment", "shifted_lines", "partial_translation")
     columns: tuple[str, ...] = (ALIGN_SCORE, P_TRANSLATION, PARTIAL_Z)
     #: the combine step trains for a minute and grows the main process' heap: the runner
     #: gives it back after (the stage restarts the workers itself before EM)
@@ -271,7 +271,7 @@ class AlignStage:
         by_id = np.argsort(calib_ids, kind="stable")
         _save(paths["scored_ids"], calib_ids[by_id])
         _save(paths["scored"], calib_scores[[0, 2, 3]][:, by_id].astype(np.float32))
-        calib_d = calib_scores[2] - calib_scores[3]
+        calib_d = calib_scores[2].astype(np.float64) - calib_scores[3]  # as apply's
         calib_scores, unseen_scores, seen_scores = (
             part[0] for part in (calib_scores, unseen_scores, seen_scores))
 
@@ -353,21 +353,30 @@ class AlignStage:
             warnings.append("align.leave_one_out scores the pairs a model was trained on; "
                             "with align.trusted or align.model no pair of this corpus is, "
                             "and it changes nothing")
-        partial_info = None
+        says_more = None
         if cfg.partial_z > 0.0 and calib_sides is not None and length_fit is not None:
-            # fitted on the rows the alignment keeps: junk it rejects would widen the spreads
+            # fitted on the rows the alignment keeps (junk it rejects would widen the spreads),
+            # the rows the model saw apart from those it did not, as the thresholds are
             kept = calib_scores >= np.where(trained_scored, thresholds["seen"],
                                             thresholds["unseen"])
-            signs = (calib_d[kept], calib_sides[0][kept], calib_sides[1][kept])
-            partial = PartialFit.of(*signs)
-            if partial is None:
+            signs = np.stack([calib_d, *calib_sides])
+            groups = ({"seen": kept, "unseen": kept} if outside or whole else
+                      {"seen": kept & trained_scored, "unseen": kept & ~trained_scored})
+            fits = {group: PartialFit.of(*signs[:, rows]) for group, rows in groups.items()}
+            if fits["seen"] is None:
                 warnings.append("too few pairs to fit how far one side may say more than the "
                                 "other; partial_translation is not checked")
             else:
-                partial_info = {"z": cfg.partial_z, "fit": asdict(partial),
-                                "length_fit": asdict(length_fit),
-                                "rejected": round(float(np.mean(
-                                    np.abs(partial.u(*signs)) > cfg.partial_z)), 6)}
+                says_more = {"z": cfg.partial_z, "length_fit": asdict(length_fit)}
+                for group, fit in fits.items():
+                    suffix = "" if group == "seen" else "_unseen"
+                    beyond = (None if fit is None else float(np.mean(
+                        np.abs(fit.u(*signs[:, groups[group]])) > cfg.partial_z)))
+                    says_more["fit" + suffix] = None if fit is None else asdict(fit)
+                    says_more["rejected" + suffix] = None if beyond is None else round(beyond, 6)
+        elif cfg.partial_z > 0.0:
+            warnings.append("partial_translation reads the length ratio the rules stage "
+                            "measures, and this recipe has no rules stage: not checked")
         seen_pair = np.isin(seen_negatives.kinds, _PAIR_KINDS)  # what the threshold read
         shifted_kind = seen_neg.kinds == NEGATIVE_KINDS.index("shifted")
         made_from = seen_neg.rows[shifted_kind] if not outside else np.zeros(0, np.int64)
@@ -414,8 +423,9 @@ class AlignStage:
                                "negatives": list(seen.negatives_histogram)},
                 "p_translation": list(seen.p_translation),
                 "p_translation_unseen": list(unseen.p_translation),
-                # how far one side may say more than the other (None: not checked)
-                "partial": partial_info,
+                # how far one side may say more than the other (None: not checked; the
+                # rows the model did not see, where too few were held out to fit: not either)
+                "partial_translation": says_more,
                 "warnings": warnings}
         atomic_write_bytes(paths["info"], json.dumps(info).encode())
         return {**state, "info": info}
@@ -459,7 +469,14 @@ class AlignStage:
         _save(paths["shift_skip_ids"], np.zeros((0, 2), np.uint64))
         _save(paths["scored_ids"], np.zeros(0, np.uint64))
         _save(paths["scored"], np.zeros((3, 0), np.float32))
+        says_more = info.get("partial_translation")
+        if says_more is not None:
+            # each row within the fit of its group then; with leave_one_out the rows the model
+            # saw were decided on scores a second clean does not make (it scores every row on
+            # the whole model): not checked again
+            says_more = None if aligner.options.leave_one_out else {**says_more, "either": True}
         decided = {**info, "method": "as cleaned before", "threshold": lowest,
+                   "partial_translation": says_more,
                    "threshold_unseen": lowest, "p_translation": table,
                    "p_translation_unseen": table, "cleaned_before": str(before),
                    "warnings": []}
@@ -516,6 +533,25 @@ class AlignStage:
             return None
         return self.rules.length_z(pa.RecordBatch.from_arrays([src, tgt], ["src", "tgt"]), fit)
 
+    def _distance(self, says_more: dict[str, Any], src: pa.Array, tgt: pa.Array,
+                  directions: np.ndarray, seen: np.ndarray) -> np.ndarray:
+        """:meth:`PartialFit.u` of each pair (``directions``: its forward and backward scores),
+        by the fit of the rows the model saw or of those it did not (NaN where that one is
+        missing); a dataset cleaned before: the smaller of the two, as each row kept then was
+        within its own."""
+        length_fit = LengthRatioFit(**says_more["length_fit"])
+        sides = self._length_z(src, tgt, length_fit)
+        assert sides is not None  # noqa: S101 - a fit exists only with the rules stage
+        d = directions[0].astype(np.float64) - directions[1]
+        out = np.full(len(d), np.nan)
+        for fit, rows in ((says_more["fit"], seen), (says_more["fit_unseen"], ~seen)):
+            if fit is not None and rows.any():
+                out[rows] = PartialFit(**fit).u(d[rows], sides[0][rows], sides[1][rows])
+        if says_more.get("either") and says_more["fit_unseen"] is not None:
+            other = PartialFit(**says_more["fit"]).u(d, *sides)
+            out = np.where(np.abs(other) < np.abs(out), other, out)
+        return out
+
     # -- apply: score and decide ------------------------------------------------------------
 
     def apply(self, rows: UnitRows, state: dict[str, Any],
@@ -542,9 +578,8 @@ class AlignStage:
         # on the quality sweep with leave_one_out, comparing the two: real Tatoeba eng-ben
         # pairs taken as shifted lines up to 429 of 8,000)
         whole_model = shift and aligner.options.leave_one_out
-        partial = info.get("partial")
-        length_fit = None if partial is None else LengthRatioFit(**partial["length_fit"])
-        sides_parts: list[np.ndarray] = []  # per row: d, z, length (NaN where not scored)
+        says_more = info.get("partial_translation")
+        distance_parts: list[np.ndarray] = []  # PartialFit.u per row (NaN: not scored)
         start = 0
         for batch in rows:
             n = batch.num_rows
@@ -556,19 +591,23 @@ class AlignStage:
             todo = alive[~known.lookup(ids[alive], scored, alive)]
             if todo.size:
                 rows_todo = pa.array(todo)
-                fresh = aligner.scores(batch.column("src").take(rows_todo),
-                                       batch.column("tgt").take(rows_todo), trained=seen[todo])
-                scored[:, todo] = (fresh.score, fresh.forward, fresh.backward)
+                src_todo, tgt_todo = (batch.column("src").take(rows_todo),
+                                      batch.column("tgt").take(rows_todo))
+                if says_more is None:
+                    scored[0, todo] = aligner.score(src_todo, tgt_todo, trained=seen[todo])
+                else:
+                    fresh = aligner.scores(src_todo, tgt_todo, trained=seen[todo])
+                    scored[:, todo] = (fresh.score, fresh.forward, fresh.backward)
             scores = scored[0]
-            if (shift or partial is not None) and alive.size:
+            if (shift or says_more is not None) and alive.size:
                 at = pa.array(alive)
                 src_alive, tgt_alive = batch.column("src").take(at), batch.column("tgt").take(at)
-            if partial is not None:
-                sides = np.full((3, n), np.nan)
-                sides[0] = scored[1].astype(np.float64) - scored[2]
+            if says_more is not None:
+                distance = np.full(n, np.nan)
                 if alive.size:
-                    sides[1:, alive] = self._length_z(src_alive, tgt_alive, length_fit)
-                sides_parts.append(sides)
+                    distance[alive] = self._distance(says_more, src_alive, tgt_alive,
+                                                     scored[1:, alive], seen[alive])
+                distance_parts.append(distance)
             if shift and alive.size:
                 links.add(src_alive, tgt_alive,
                           _p_values(scores[alive], seen[alive], info) < _SURE)
@@ -591,16 +630,15 @@ class AlignStage:
         p_values = _p_values(scores, seen, info)
         low_alignment = scores < threshold
         # one side saying more than the other, where the alignment itself keeps the pair
-        partial_z = np.full(len(scores), np.nan)
-        if partial is not None:
-            sides = np.concatenate(sides_parts, axis=1)
-            partial_z = PartialFit(**partial["fit"]).u(sides[0], sides[1], sides[2])
-        one_sided = (np.abs(np.nan_to_num(partial_z)) > (partial or {}).get("z", np.inf)) \
-            & ~low_alignment
+        distance = np.full(len(scores), np.nan)
+        one_sided = np.zeros(len(scores), dtype=bool)
+        if says_more is not None:
+            distance = joined(distance_parts, np.float64)
+            one_sided = (np.abs(np.nan_to_num(distance)) > says_more["z"]) & ~low_alignment
         out = StageOutput(columns={
             ALIGN_SCORE: pa.array(scores, mask=unscored),
             P_TRANSLATION: pa.array(np.asarray(p_values, np.float32), mask=unscored),
-            PARTIAL_Z: pa.array(partial_z.astype(np.float32), mask=np.isnan(partial_z))})
+            PARTIAL_Z: pa.array(distance.astype(np.float32), mask=np.isnan(distance))})
         shifted = np.zeros(len(scores), dtype=bool)
         if shift:
             alive = np.flatnonzero(~rejected)
@@ -612,8 +650,9 @@ class AlignStage:
                                                 threshold=threshold[alive],
                                                 trained_cross=trained_cross,
                                                 min_links=self.config.shift_links)
-        out.rejects = [("low_alignment", low_alignment), ("partial_translation", one_sided),
-                       ("shifted_lines", shifted)]
+        # a run of slipped lines is the more specific diagnosis for its rows
+        out.rejects = [("low_alignment", low_alignment), ("shifted_lines", shifted),
+                       ("partial_translation", one_sided)]
         # the report's kept / rejected histograms (rejected: by alignment, or by another
         # reason first)
         final = rejected | low_alignment | one_sided | shifted
@@ -649,16 +688,11 @@ def _p_values(scores: np.ndarray, seen: np.ndarray, info: dict[str, Any]) -> np.
 
 class _ScoredBefore:
     """The corpus rows the combine step scored for the calibration, by id: ``align_score``
-    and both directions (none for a state written before it kept all three)."""
+    and both directions."""
 
     def __init__(self, state: dict[str, Any]) -> None:
-        self.ids = np.zeros(0, np.uint64)
-        self.scores = np.zeros((3, 0), np.float32)
-        if "scored_ids" in state:
-            scores = np.load(state["scored"], allow_pickle=False)
-            if scores.ndim == 2:
-                self.ids = np.load(state["scored_ids"], allow_pickle=False)
-                self.scores = scores
+        self.ids = np.load(state["scored_ids"], allow_pickle=False)
+        self.scores = np.load(state["scored"], allow_pickle=False)
 
     def lookup(self, ids: np.ndarray, out: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Write the known scores of ``ids`` to ``out[:, rows]`` (``align_score``, forward,

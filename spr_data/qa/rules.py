@@ -605,19 +605,20 @@ class RulesStage:
         against a corpus rather than among themselves (the align stage's negatives, half of
         them with a side cut) pass it to :meth:`apply`; fitted on such a batch, the variance
         floor came out 20-230x the corpus' own (12 of the quality sweep's mixes)."""
-        s = self.config.length_ratio_smoothing
-        a, b = (_length_units(batch.column(name), lang)
-                for name, lang in zip(self.text_columns, self.langs, strict=True))
-        return LengthRatioFit.of(a, b, s)
+        return LengthRatioFit.of(*self._units(batch), self.config.length_ratio_smoothing)
 
     def length_z(self, batch: pa.RecordBatch,
                  fit: LengthRatioFit) -> tuple[np.ndarray, np.ndarray]:
         """Each pair's length ratio against ``fit`` (a corpus'), in its spreads, and the length
         the spread is taken at (:meth:`LengthRatioFit.length`)."""
-        s = self.config.length_ratio_smoothing
+        a, b = self._units(batch)
+        return fit.z(a, b, self.config.length_ratio_smoothing), fit.length(a, b)
+
+    def _units(self, batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
+        """Both sides' lengths in Latin-letter units (:func:`_length_units`)."""
         a, b = (_length_units(batch.column(name), lang)
                 for name, lang in zip(self.text_columns, self.langs, strict=True))
-        return fit.z(a, b, s), fit.length(a, b)
+        return a, b
 
     def apply(self, batch: pa.RecordBatch, rejected: np.ndarray | None = None, *,
               length_fit: LengthRatioFit | None = None) -> StageOutput:
