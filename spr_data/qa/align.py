@@ -2356,10 +2356,9 @@ class PartialFit:
     source, moves both one way; a sentence appended to the target or a source cut, both the
     other. For translations, ``u = (z + d) / (√(2 + 2ρ) · scale)``, ``d`` in its spreads, is
     about a standard normal (ρ: their correlation: a longer source has more words the target
-    does not explain). Fitted like the
-    length ratio: on the rows within 3 spreads of both, 4 rounds (sigma clipping), so that junk
-    to one side neither moves the centre nor widens the spread; then ``u``'s own spread (its
-    ``scale``), on the rows within :attr:`U_CLIP` of it.
+    does not explain). Fitted like the length ratio: on the rows within 3 spreads of both, 4
+    rounds (sigma clipping), so that junk to one side neither moves the centre nor widens the
+    spread; then ``u``'s own spread (its ``scale``), on the rows within :attr:`U_CLIP` of it.
 
     Why both: each alone tells such junk from translations poorly (the directions' difference
     as a z-score lost 1.77% of the real pairs with no junk at 3 spreads, 0.56% at 4); together,
