@@ -360,20 +360,23 @@ class AlignStage:
             kept = calib_scores >= np.where(trained_scored, thresholds["seen"],
                                             thresholds["unseen"])
             signs = np.stack([calib_d, *calib_sides])
-            groups = ({"seen": kept, "unseen": kept} if outside or whole else
-                      {"seen": kept & trained_scored, "unseen": kept & ~trained_scored})
-            fits = {group: PartialFit.of(*signs[:, rows]) for group, rows in groups.items()}
-            if fits["seen"] is None:
+            # one group where every row is decided as one the model saw (or as none it saw)
+            one_group = outside or whole
+            seen_rows = kept if one_group else kept & trained_scored
+            fit = PartialFit.of(*signs[:, seen_rows])
+            if fit is None:
                 warnings.append("too few pairs to fit how far one side may say more than the "
                                 "other; partial_translation is not checked")
             else:
-                says_more = {"z": cfg.partial_z, "length_fit": asdict(length_fit)}
-                for group, fit in fits.items():
-                    suffix = "" if group == "seen" else "_unseen"
-                    beyond = (None if fit is None else float(np.mean(
-                        np.abs(fit.u(*signs[:, groups[group]])) > cfg.partial_z)))
-                    says_more["fit" + suffix] = None if fit is None else asdict(fit)
-                    says_more["rejected" + suffix] = None if beyond is None else round(beyond, 6)
+                unseen_rows = kept & ~trained_scored
+                fit_unseen = fit if one_group else PartialFit.of(*signs[:, unseen_rows])
+                beyond = _beyond(fit, signs[:, seen_rows], cfg.partial_z)
+                says_more = {
+                    "z": cfg.partial_z, "length_fit": asdict(length_fit),
+                    "fit": asdict(fit), "rejected": beyond,
+                    "fit_unseen": None if fit_unseen is None else asdict(fit_unseen),
+                    "rejected_unseen": beyond if one_group else _beyond(
+                        fit_unseen, signs[:, unseen_rows], cfg.partial_z)}
         elif cfg.partial_z > 0.0:
             warnings.append("partial_translation reads the length ratio the rules stage "
                             "measures, and this recipe has no rules stage: not checked")
@@ -661,6 +664,13 @@ class AlignStage:
             "rejected_low_alignment": _histogram(scores[low_alignment]),
             "rejected_other": _histogram(scores[final & ~low_alignment])}
         return out
+
+
+def _beyond(fit: PartialFit | None, signs: np.ndarray, z: float) -> float | None:
+    """The share of the pairs (``signs``: d, z, length) beyond ``z`` of ``fit``, rounded."""
+    if fit is None:
+        return None
+    return round(float(np.mean(np.abs(fit.u(*signs)) > z)), 6)
 
 
 def _reach_note(context: CombineContext, reached: int) -> str:
