@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import random
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -266,6 +267,16 @@ def test_a_korean_side_is_measured_in_weighted_syllables(corpora: Path):
 def test_a_small_batch_uses_the_prior():
     fit = LengthRatioFit.of(np.array([10.0, 20.0]), np.array([11.0, 19.0]), 1.0)
     assert (fit.center, fit.floor, fit.per_char) == LengthRatioFit.PRIOR
+
+
+def test_a_batch_of_one_repeated_pair_gets_a_finite_fit():
+    """No spread at all (a boilerplate pair repeated): the mixture has no background to fit,
+    and the fit stays finite, with no warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit = LengthRatioFit.of(np.full(1000, 10.0), np.full(1000, 12.0), 1.0)
+    assert fit.center == pytest.approx(np.log(11 / 13))
+    assert np.isfinite([fit.floor, fit.per_char]).all() and fit.floor > 0
 
 
 @pytest.mark.parametrize("junk", [0.0, 0.25, 0.5])

@@ -529,31 +529,33 @@ class LengthRatioFit:
         widened the spread, which let more junk in, round after round, until the band held
         it (NTREX at 50% junk: floor 0.15 against the translations' 0.03; targets cut to
         their half caught 0.01-0.09, 0.4-0.5 with the mixture, as at 10% junk)."""
+        sample = slice(None, None, step)
+        a_, b_, x_ = a[sample], b[sample], x[sample]
         fit, share = self, 0.5
-        other_center, other_var = float(np.mean(x)), 4.0 * float(np.var(x))
+        # broad: never narrower than twice the translations' own spread
+        other_center = float(np.mean(x_))
+        other_var = 4.0 * max(float(np.var(x_)), float(np.median(fit.variance(a_, b_, s))))
 
-        def odds(rows: slice) -> np.ndarray:
-            var = fit.floor + fit.per_char / (fit.length(a[rows], b[rows]) + s)
-            mine = share * np.exp(-0.5 * (x[rows] - fit.center) ** 2 / var) / np.sqrt(var)
-            other = ((1.0 - share) * np.exp(-0.5 * (x[rows] - other_center) ** 2 / other_var)
+        def odds(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
+            var = fit.variance(a, b, s)
+            mine = share * np.exp(-0.5 * (x - fit.center) ** 2 / var) / np.sqrt(var)
+            other = ((1.0 - share) * np.exp(-0.5 * (x - other_center) ** 2 / other_var)
                      / math.sqrt(other_var))
             out: np.ndarray = mine / np.maximum(mine + other, np.finfo(np.float64).tiny)
             return out
 
-        sample = slice(None, None, step)
         for _ in range(self.MIX_ROUNDS):
-            weight = odds(sample)
+            weight = odds(a_, b_, x_)
+            if weight.sum() < self.MIN_ROWS // 4:
+                break  # no translations left to fit: keep the last fit
             share = float(np.mean(weight))
             rest = 1.0 - weight
             if rest.sum() > 1.0:
-                other_center = float(np.sum(rest * x[sample]) / rest.sum())
-                # broad: never narrower than twice the translations' own spread
-                other_var = max(float(np.sum(rest * (x[sample] - other_center) ** 2)
-                                      / rest.sum()),
-                                4.0 * float(np.median(fit.floor + fit.per_char
-                                                      / (fit.length(a[sample], b[sample]) + s))))
-            fit = self._fit(a[sample], b[sample], x[sample], s, weight, 1.0)
-        return fit, odds(slice(None))
+                other_center = float(np.sum(rest * x_) / rest.sum())
+                other_var = max(float(np.sum(rest * (x_ - other_center) ** 2) / rest.sum()),
+                                4.0 * float(np.median(fit.variance(a_, b_, s))))
+            fit = self._fit(a_, b_, x_, s, weight, 1.0)
+        return fit, odds(a, b, x)
 
     @classmethod
     def _fit(cls, a: np.ndarray, b: np.ndarray, x: np.ndarray, s: float, weight: np.ndarray,
@@ -597,8 +599,11 @@ class LengthRatioFit:
         """Signed distance of each pair's log ratio from the centre, in spreads (src longer
         is positive)."""
         x = np.log((a + s) / (b + s))
-        return np.asarray((x - self.center)
-                          / np.sqrt(self.floor + self.per_char / (self.length(a, b) + s)))
+        return np.asarray((x - self.center) / np.sqrt(self.variance(a, b, s)))
+
+    def variance(self, a: np.ndarray, b: np.ndarray, s: float = 1.0) -> np.ndarray:
+        """The log ratio's variance for translations of these lengths."""
+        return np.asarray(self.floor + self.per_char / (self.length(a, b) + s))
 
     def length(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """The length the longer side predicts for both (what the spread shrinks with)."""
