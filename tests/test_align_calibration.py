@@ -503,7 +503,10 @@ def test_a_difference_in_final_punctuation_weighs_what_the_corpus_shows(corpora:
     weight = {name: r.align["punct_weight"] for name, r in reports.items()  # type: ignore[index]
               if r.align is not None}
     assert weight["as is"] > 0.2, weight
-    assert weight["greek"] < 0.25 * weight["as is"], weight
+    # over five draws of the junk (seeds 1-5) the Greek-style weight came out 0-0.29 of the
+    # weight as is, the same before and after stop 40's length fit changed which negatives
+    # pass the rules (0-0.27): it falls to a fraction, not to 0 exactly
+    assert weight["greek"] < 0.35 * weight["as is"], weight
     # not lost for it: a weight left in place would take every Greek-style question (measured
     # 5.4% of the real questions lost as is, 6.5% Greek-style: 8 of 709 more)
     assert lost["greek"] <= lost["as is"] + 0.02, lost
