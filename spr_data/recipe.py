@@ -138,6 +138,9 @@ class RulesConfig:
     length_ratio_floor: float = _key(2.0, 1.0, why="a ratio relative to the centre, ≥ 1")
     reject_copied: bool = True
     numbers_must_match: bool = True
+    #: reject a pair where one side ends a sentence and the other has its sentence end
+    #: inside and none at its end (its words shuffled: ``sentence_end_inside``)
+    reject_end_inside: bool = True
 
 
 @dataclass(frozen=True)
