@@ -32,6 +32,11 @@ def _flags(pairs: list[Pair]) -> np.ndarray:
     return sentence_ends_inside(pa.array([s for s, _ in pairs]), pa.array([t for _, t in pairs]))
 
 
+#: a batch's worth of single sentences that end with their mark: the share of unended ones
+#: is measured on the batch, and under 100 single sentences no side is judged
+_CONTEXT = [("The cat sleeps.", "Die Katze schläft.")] * 150
+
+
 def _ntrex(corpora: Path, lang: str) -> list[Pair]:
     english = read_lines(corpora / "multiparallel/ntrex128/newstest2019-src.eng.txt.gz")
     return [(a, b) for a, b in zip(english, ntrex(corpora, lang), strict=True)
@@ -80,8 +85,13 @@ def test_shuffled_sides_are_caught(real: dict[str, list[Pair]], name: str):
 @pytest.mark.parametrize(("src", "tgt", "flagged"), [
     ("The dog runs in the park.", "runs in der Hund. park Park", True),
     ("The dog runs in the park.", "Der Hund läuft im Park.", False),
-    ("He came at 5 a.m. today.", "Er kam um 5 a.m. heute", False),  # an abbreviation
-    ("The U.S. army left.", "L'armée des U.S. est partie", False),
+    ("He came today.", "Er kam um 5 a.m. heute", False),  # an abbreviation
+    ("The army left.", "L'armée des U.S. est partie", False),
+    ("He prays.", "Er betet das Vaterunser. das Gebet", True),
+    ('He said, "Yes."', "彼は言った。「はい」", False),  # no 。 before 」 in Japanese
+    ("This is a note.", "（这是注释。）", False),
+    ("He said it.", "वह बोला है। यह", True),  # Hindi: a letter and its vowel sign
+    ("Did he ask?", "அவர் கேட்டாரா? என்று சொன்னார்", False),  # a question quoted
     ("Two sentences. Both end.", "Zwei Sätze. Beide enden.", False),
     ("A title without an end", "Ein Titel. ohne Ende", False),  # neither ends a sentence
     ("I like tea.", "喜欢。我茶", True),
@@ -91,7 +101,18 @@ def test_shuffled_sides_are_caught(real: dict[str, list[Pair]], name: str):
     ('No matter what, the answer is "no."', "不管你说什么, 答案就是＂不。＂", False),
 ])
 def test_what_counts_as_a_sentence_end_inside(src: str, tgt: str, flagged: bool):
-    assert _flags([(src, tgt), (tgt, src)]).tolist() == [flagged, flagged]  # either side
+    for pair in ((src, tgt), (tgt, src)):  # either side
+        assert bool(_flags([*_CONTEXT, pair])[-1]) is flagged
+
+
+def test_a_side_is_judged_only_where_the_batch_says_how_it_ends():
+    """Under 100 single sentences, or where over a quarter of them go without a mark, the
+    batch does not say that a missing mark is unusual: nothing is flagged."""
+    salad = ("The dog runs in the park.", "runs in der Hund. park Park")
+    assert _flags([*_CONTEXT, salad])[-1]
+    assert not _flags([*_CONTEXT[:50], salad]).any()
+    unended = [("The cat sleeps.", "Die Katze schläft")] * 60
+    assert not _flags([*_CONTEXT, *unended, salad]).any()
 
 
 def test_the_recipe_turns_it_off(corpora: Path, tmp_path: Path):
