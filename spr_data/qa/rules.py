@@ -572,10 +572,10 @@ class LengthRatioFit:
     CLIP: ClassVar[float] = 3.0
     ROUNDS: ClassVar[int] = 4
     #: EM rounds of the mixture (:meth:`_unmixed`; 30 decided as 10 did), the most rows it is
-    #: fitted on, and the least odds of being a translation a row it is fitted on has
+    #: fitted on, and the least probability of being a translation a row it is fitted on has
     MIX_ROUNDS: ClassVar[int] = 10
     MIX_ROWS: ClassVar[int] = 4096
-    MIN_ODDS: ClassVar[float] = 0.01
+    MIN_P_TRANSLATION: ClassVar[float] = 0.01
     #: variance of a standard normal cut at ±3
     CLIPPED_VARIANCE: ClassVar[float] = 0.9733
 
@@ -600,7 +600,7 @@ class LengthRatioFit:
         # pairs of 11 corpora with no junk, sigma clipping 0.45%; clipping among all rows,
         # each round let more of the junk back (targets cut to their half, at 50% junk:
         # 0.50 caught after one round, 0.43 after two, 0.35 after three)
-        translation = translation >= cls.MIN_ODDS
+        translation = translation >= cls.MIN_P_TRANSLATION
         for _ in range(cls.ROUNDS):
             inside = (np.abs(fit.z(a, b, s)) < cls.CLIP) & translation
             if inside.sum() < cls.MIN_ROWS:
@@ -611,7 +611,7 @@ class LengthRatioFit:
     def _unmixed(self, a: np.ndarray, b: np.ndarray, x: np.ndarray, s: float, step: int
                  ) -> tuple[LengthRatioFit, np.ndarray]:
         """The translations' fit, the ratios read as a mixture of it and a broad normal
-        (everything else), by EM on every ``step``-th row; and each row's odds of being a
+        (everything else), by EM on every ``step``-th row; and each row's probability of being a
         translation under it. Why not sigma clipping alone: where half the rows are junk
         spread over the ratios (re-paired, cut, appended), the junk within three spreads
         widened the spread, which let more junk in, round after round, until the band held
@@ -624,7 +624,7 @@ class LengthRatioFit:
         other_center = float(np.mean(x_))
         other_var = 4.0 * max(float(np.var(x_)), float(np.median(fit.variance(a_, b_, s))))
 
-        def odds(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
+        def p_translation(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
             var = fit.variance(a, b, s)
             mine = share * np.exp(-0.5 * (x - fit.center) ** 2 / var) / np.sqrt(var)
             other = ((1.0 - share) * np.exp(-0.5 * (x - other_center) ** 2 / other_var)
@@ -633,7 +633,7 @@ class LengthRatioFit:
             return out
 
         for _ in range(self.MIX_ROUNDS):
-            weight = odds(a_, b_, x_)
+            weight = p_translation(a_, b_, x_)
             if weight.sum() < self.MIN_ROWS // 4:
                 break  # no translations left to fit: keep the last fit
             share = float(np.mean(weight))
@@ -643,13 +643,15 @@ class LengthRatioFit:
                 other_var = max(float(np.sum(rest * (x_ - other_center) ** 2) / rest.sum()),
                                 4.0 * float(np.median(fit.variance(a_, b_, s))))
             fit = self._fit(a_, b_, x_, s, weight, 1.0)
-        return fit, odds(a, b, x)
+        return fit, p_translation(a, b, x)
 
     @classmethod
     def _fit(cls, a: np.ndarray, b: np.ndarray, x: np.ndarray, s: float, weight: np.ndarray,
              kept_variance: float) -> LengthRatioFit:
-        """Centre and spread of the rows as ``weight`` counts them; each bin's variance
-        divided by ``kept_variance`` (what a unit normal keeps where the rows were cut)."""
+        """Centre and spread of the rows as ``weight`` counts them (the bins of length, and
+        the length each bin's spread is taken at, from every row it counts at all); each
+        bin's variance divided by ``kept_variance`` (what a unit normal keeps where the rows
+        were cut)."""
         total = float(weight.sum())
         center = float(np.sum(weight * x) / total)
         h = 1.0 / (np.maximum(a, b * math.exp(center)) + s)
