@@ -13,7 +13,7 @@ from __future__ import annotations
 import gzip
 import signal
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -109,7 +109,8 @@ class _Context:
     def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[tuple[int, R]]:
         return self.executor.map(fn, tasks)
 
-    def rejected_before(self, unit: int) -> tuple[pa.Table, np.ndarray]:
+    def rejected_before(self, unit: int, spare: Collection[str] = ()
+                        ) -> tuple[pa.Table, np.ndarray, np.ndarray]:
         raise AssertionError("dedup needs no earlier decisions")
 
 

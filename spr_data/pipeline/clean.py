@@ -22,7 +22,7 @@ import itertools
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -350,20 +350,24 @@ class _Combine:
             raise SprDataError("the combine step has no executor")
         return self.executor.map(fn, tasks)
 
-    def rejected_before(self, unit: int) -> tuple[pa.Table, np.ndarray]:
+    def rejected_before(self, unit: int, spare: Collection[str] = ()
+                        ) -> tuple[pa.Table, np.ndarray, np.ndarray]:
         _release_row_stages(self.before)  # a combine task: this worker's score step is over
         table = _read_table(self.scored[unit])
         found = _unpack_reasons(table.column(_PASS1_REASONS))
         rejected = np.zeros(table.num_rows, dtype=bool)
+        unspared = np.zeros(table.num_rows, dtype=bool)  # rejected for a reason not spared
         for stage in self.before:
             if isinstance(stage, CorpusStage):
                 result = stage.apply(table.to_batches(), self.states[stage.name], rejected)
-                masks = [mask for _, mask in result.rejects]
+                masks = result.rejects
             else:
-                masks = [found[r] for r in stage.reasons if r in found]
-            for mask in masks:
+                masks = [(r, found[r]) for r in stage.reasons if r in found]
+            for reason, mask in masks:
                 rejected |= np.asarray(mask, dtype=bool)
-        return table, rejected
+                if reason not in spare:
+                    unspared |= np.asarray(mask, dtype=bool)
+        return table, rejected, rejected & ~unspared
 
     def __getstate__(self) -> dict[str, Any]:  # to a process apart: without the executor
         return {**self.__dict__, "executor": None}

@@ -23,7 +23,7 @@ that returns another.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeAlias, TypeVar, runtime_checkable
@@ -108,9 +108,11 @@ class CombineContext(Protocol):
         """Run ``fn`` (module-level) over ``tasks`` on the executor."""
         ...
 
-    def rejected_before(self, unit: int) -> tuple[pa.Table, np.ndarray]:
-        """Unit ``unit``'s scored rows and which of them a stage declared before this one
-        rejects (row stages from the score step, corpus stages by their ``apply``)."""
+    def rejected_before(self, unit: int, spare: Collection[str] = ()
+                        ) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+        """Unit ``unit``'s scored rows, which of them a stage declared before this one
+        rejects (row stages from the score step, corpus stages by their ``apply``), and which
+        of those it rejects for no reason but the ones in ``spare``."""
         ...
 
 
