@@ -272,6 +272,10 @@ def main() -> None:
     parser.add_argument("--recipes", default=",".join(RECIPES),
                         help="comma-separated names of the recipes to run (default: all)")
     args = parser.parse_args()
+    unknown = [name for name in args.recipes.split(",") if name not in RECIPES]
+    if unknown:
+        parser.error(f"unknown recipe {', '.join(map(repr, unknown))}; "
+                     f"choose from {', '.join(map(repr, RECIPES))}")
     recipes = {name: RECIPES[name] for name in args.recipes.split(",")}
     args.corpora = corpora_dir(args.corpora)
 
