@@ -63,6 +63,13 @@ SAME = [
     ("300 billion won", "3천억 원"),
     ("Temperatures fell to 14 degrees.", "Температура упала до -10 градусов."),
     ("from 1,000,000 to 2,000,000 miles", "1.609.344 bis 3.218.688 km"),
+    ("more than 16,000 people were evacuated", "1 万 6 千人が避難した"),  # myriad, then 千
+    ("£120 million a year", "연간 1억 2천만 파운드"),  # myriad, then 천 and a myriad
+    # Microtopia (microblogs): headline abbreviations
+    ("Less than 35k lions remain", "只有3万5千只野生狮子了"),
+    ("a personal fortune of $1b", "拥有10亿美金"),
+    ("may cost 850 bln yuan", "将耗资8500亿元人民币"),
+    ("raised $250 mill", "筹集2.5亿美元"),
 ]
 DIFFERENT = [
     ("(123)", "(789)"),
@@ -74,6 +81,8 @@ DIFFERENT = [
     ("It is 3 miles away", "Es ist 10 km entfernt"),
     ("more than 20.4 million people", "204만 명 이상"),  # a real slip: 2.04 million
     ("£11 million", "1100파운드"),  # the translator's 만 went missing
+    ("Less than 35k lions remain", "只有3万6千只野生狮子了"),
+    ("a personal fortune of $1b", "拥有20亿美金"),
 ]
 
 

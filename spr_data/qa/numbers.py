@@ -11,7 +11,8 @@ every way it may be meant, and it is found on the other side if one of its readi
 * 12-hour times: ``5.30 p.m.``, ``6 PM``, ``下午5点`` also read as 17.30, 18, 17;
 * decades and two-digit years: ``1980s`` / ``80er Jahre`` / ``80年代`` / ``'80s``, and
   ``1974 - 76``, also read as 80 / 1980 and 76 / 1976;
-* multipliers: ``1万``, ``3 million``, ``85,5 Millionen``, ``2 lakh`` are the whole number;
+* multipliers: ``1万``, ``3 million``, ``85,5 Millionen``, ``2 lakh``, ``$1b``, ``850 bln``,
+  ``3万5千`` are the whole number;
 * ordinal suffixes (``13th``, ``1 st``, ``3.``) are just the number;
 * digits of any script (Bengali ০-৯, Devanagari, full-width) and Chinese numerals
   (``三十五``, ``两千``, ``第三``);
@@ -91,11 +92,14 @@ _SCALES = {
     "만": 10**4, "억": 10**8, "조": 10**12, "천": 10**3,
     # "£125m", "$50k" (attached only, see _ATTACHED), and the words of other shipped pairs
     "m": 10**6, "k": 10**3, "millions de": 10**6, "milliards": 10**9, "milliard": 10**9,
+    # headline and microblog abbreviations ("$1b", "850 bln yuan", "$250 mill", "$3tn")
+    "b": 10**9, "bln": 10**9, "mln": 10**6, "mn": 10**6, "mill": 10**6, "tn": 10**12,
+    "trn": 10**12,
     "млн": 10**6, "млрд": 10**9, "тыс": 10**3, "тысяч": 10**3, "миллионов": 10**6,
     "миллиардов": 10**9,
 }
 #: scale words that count only written right after the digits ("125m", not "125 m": metres)
-_ATTACHED = {"m", "k"}
+_ATTACHED = {"m", "k", "b"}
 #: the East Asian myriad units: 1億2,500万 is one number, 125,000,000
 _MYRIADS = {w: _SCALES[w] for w in "万萬만亿億억憶조兆"}
 #: scale words that a myriad may follow within one factor (3천만, 2千万)
@@ -261,20 +265,24 @@ def _integer(group: str) -> Decimal | None:
 
 def _myriad_sum(text: str, pos: int, value: Decimal, unit: int) -> Decimal | None:
     """``1億2,500万`` = 125,000,000: a myriad number (``value`` × ``unit``, its unit ending
-    at ``pos``) and the smaller ones right after it; None when none follows."""
+    at ``pos``) and the smaller ones right after it (``3万5千`` = 35,000, ``3億5千万`` =
+    350,000,000); None when none follows."""
     total, smallest = value * unit, unit
     while True:
         nxt = _NUMBER.match(text, pos + (1 if text[pos:pos + 1] == " " else 0))
         v = _integer(nxt.group()) if nxt else None
         if nxt is None or v is None:
             break
-        rest = text[nxt.end():nxt.end() + 2].lstrip()
-        step = _MYRIADS.get(rest[:1], 0)
-        if step and step < smallest:
+        rest = text[nxt.end():nxt.end() + 3].lstrip()
+        under = _SCALES[rest[0]] if rest[:1] in _UNDER_MYRIAD else 1  # 5千, 5천
+        units = rest[1:] if under > 1 else rest  # what follows: a myriad, or none
+        step = under * _MYRIADS.get(units[:1], 1)
+        if step > 1 and step < smallest:
             total, smallest = total + v * step, step
-            pos = text.index(rest[:1], nxt.end()) + 1
+            pos = text.index(rest[0], nxt.end()) + (2 if units[:1] in _MYRIADS and under > 1
+                                                    else 1)
             continue
-        if not step and v < smallest:  # 37万5,000: the rest in units
+        if step == 1 and v < smallest:  # 37万5,000: the rest in units
             total += v
         break
     return total if total != value * unit else None
