@@ -65,6 +65,7 @@ SAME = [
     ("from 1,000,000 to 2,000,000 miles", "1.609.344 bis 3.218.688 km"),
     ("more than 16,000 people were evacuated", "1 万 6 千人が避難した"),  # myriad, then 千
     ("£120 million a year", "연간 1억 2천만 파운드"),  # myriad, then 천 and a myriad
+    ("350 million yen", "3億5千万円"),
     # Microtopia (microblogs): headline abbreviations
     ("Less than 35k lions remain", "只有3万5千只野生狮子了"),
     ("a personal fortune of $1b", "拥有10亿美金"),
@@ -83,6 +84,7 @@ DIFFERENT = [
     ("£11 million", "1100파운드"),  # the translator's 만 went missing
     ("Less than 35k lions remain", "只有3万6千只野生狮子了"),
     ("a personal fortune of $1b", "拥有20亿美金"),
+    ("350 million yen", "3億6千万円"),
 ]
 
 
