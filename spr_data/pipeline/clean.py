@@ -363,10 +363,11 @@ class _Combine:
                 masks = result.rejects
             else:
                 masks = [(r, found[r]) for r in stage.reasons if r in found]
-            for reason, mask in masks:
-                rejected |= np.asarray(mask, dtype=bool)
+            for reason, found_mask in masks:
+                mask = np.asarray(found_mask, dtype=bool)
+                rejected |= mask
                 if reason not in spare:
-                    unspared |= np.asarray(mask, dtype=bool)
+                    unspared |= mask
         return table, rejected, rejected & ~unspared
 
     def __getstate__(self) -> dict[str, Any]:  # to a process apart: without the executor

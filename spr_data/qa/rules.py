@@ -405,33 +405,26 @@ def sentence_ends_inside(src: pa.Array, tgt: pa.Array,
     test sets (149,974), 7 of NTREX's 67,898 in 35 languages (0.01%), 4 of Microtopia's 8,000
     microblog pairs (1,269 where every side was judged); shuffled targets caught 0.44-0.88
     where a corpus' sides end with a full stop (the WMT sample's often do not: 0.00)."""
-    def matches(side: pa.Array, pattern: str) -> np.ndarray:
-        return _np(pc.match_substring_regex(side, pattern).fill_null(False)).astype(bool)
-
     sides = (src, tgt)
     # anchored at the end only, RE2 reads each text backwards from its end
-    ends = [matches(side, _SENTENCE_END) for side in sides]
+    ends = [_matches(side, _SENTENCE_END) for side in sides]
     # how often each side leaves a single sentence unended, on an even sample of the judged
     # rows (the unanchored patterns read every text whole)
     pool = np.arange(len(src)) if judged is None else np.flatnonzero(judged)
     sample = pool[::max(1, -(-len(pool) // _SAMPLE_ROWS))]
-    more = [matches(side.take(pa.array(sample)), _MORE_AFTER_END) for side in sides]
+    more = [_matches(side.take(pa.array(sample)), _MORE_AFTER_END) for side in sides]
     out = np.zeros(len(src), dtype=bool)
     for this, other in ((1, 0), (0, 1)):
         single = ends[other][sample] & ~more[other] & ~more[this]
         if (single.sum() < _MIN_SINGLE
                 or 1.0 - ends[this][sample][single].mean() > _MAX_UNENDED):
             continue
-        rows = np.flatnonzero(ends[other] & ~ends[this])
-        if not len(rows):
-            continue
-        at = pa.array(rows)
-        text = sides[this].take(at)
         # the other side one sentence, this one more; the quick pattern before the Unicode
         # classes of _END_INSIDE, which take ~3 ms to compile on each call
-        maybe = ~matches(sides[other].take(at), _MORE_AFTER_END) & matches(text, _MARK_INSIDE)
-        if maybe.any():
-            out[rows[maybe]] = matches(text.filter(pa.array(maybe)), _END_INSIDE)
+        rows = ends[other] & ~ends[this]
+        rows &= _matches_on(sides[this], rows, _MARK_INSIDE)
+        rows &= ~_matches_on(sides[other], rows, _MORE_AFTER_END)
+        out |= _matches_on(sides[this], rows, _END_INSIDE)
     return out
 
 
