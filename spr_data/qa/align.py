@@ -720,6 +720,36 @@ def _left_out(block: _Block, link: F32, src_tok: NDArray[np.uint32], mine: NDArr
             (np.maximum(weight_src, _UNK_WEIGHT), np.maximum(weight_tgt, _UNK_WEIGHT)))
 
 
+def _as_fresh(block: _Block, link: F32, src_tok: NDArray[np.uint32], fresh: NDArray[np.int8],
+              counts: tuple[I64, I64], train_tokens: int) -> F32:
+    """The links of the pairs ``fresh`` marks as if a side of theirs occurred nowhere else in
+    training (bit 1: the source, bit 2: the target; each also trained on once in its own row).
+
+    Why: a negative made of two corpus rows shares each side with a row the model is trained
+    on, while a corpus' junk pair mostly holds sides seen nowhere else. EM splits a word's mass
+    over every pair it occurs in, so a word the negative shares with its row links to the
+    negative's other side with about ``(c - k) / c`` of the strength it would have alone
+    (``c`` its training count, ``k`` its occurrences in the shared side): a rare word's half.
+    Undone per direction (``a = (t(f|e) + t(e|f)) / 2``: each direction's share scaled by its
+    own word's ``c / (c - k)``, the mean of the two applied to ``a``), capped at 1."""
+    fresh_src = (fresh[block.src_pair] & 1).astype(bool) & (
+        _positions(block.src_pair, block.n_pairs) < train_tokens)
+    fresh_tgt = (fresh[block.tgt_pair] & 2).astype(bool) & (
+        _positions(block.tgt_pair, block.n_pairs) < train_tokens)
+    if not (fresh_src.any() or fresh_tgt.any()):
+        return link
+    factors = []
+    for side, own, ids, c in ((block.src_pair, fresh_src, block.src_ids, counts[0]),
+                              (block.tgt_pair, fresh_tgt, block.tgt_ids, counts[1])):
+        word = _groups(side, ids, own)
+        k = np.bincount(word[own], minlength=word.size)[word].astype(np.float64)
+        cnt = np.maximum(c[ids], 1).astype(np.float64)
+        factors.append(np.where(own & (cnt > k), cnt / np.maximum(cnt - k, 1.0), 1.0))
+    scale = (factors[0][src_tok] + factors[1][block.gf]) / 2
+    out: F32 = np.minimum(link.astype(np.float64) * scale, 1.0).astype(np.float32)
+    return out
+
+
 def _positions(pair: I64, n_pairs: int) -> I64:
     """Each token's position in its side of its pair (tokens of a pair are contiguous)."""
     first = np.zeros(n_pairs, np.int64)
@@ -1477,13 +1507,18 @@ class LexicalAligner:
         return scored.forward, scored.backward
 
     def scores(self, src: pa.Array | pa.ChunkedArray, tgt: pa.Array | pa.ChunkedArray, *,
-               trained: NDArray[np.bool_] | None = None) -> PairScores:
+               trained: NDArray[np.bool_] | None = None,
+               fresh: NDArray[np.int8] | None = None) -> PairScores:
         """Every score of each pair: ``align_score``, both directions and whether the final
-        punctuation differs (``trained``: as :meth:`score`'s)."""
-        return self._scored(src, tgt, punctuation=True, trained=trained)
+        punctuation differs (``trained``: as :meth:`score`'s). ``fresh``: per pair, the sides
+        (1 the source, 2 the target, 3 both) that the model was also trained on once in another
+        pair: scored as if it had not been (a negative made of two training rows, scored as the
+        corpus' junk would be: :func:`_as_fresh`)."""
+        return self._scored(src, tgt, punctuation=True, trained=trained, fresh=fresh)
 
     def _scored(self, src: pa.Array | pa.ChunkedArray, tgt: pa.Array | pa.ChunkedArray, *,
-                punctuation: bool, trained: NDArray[np.bool_] | None = None) -> PairScores:
+                punctuation: bool, trained: NDArray[np.bool_] | None = None,
+                fresh: NDArray[np.int8] | None = None) -> PairScores:
         """:meth:`scores`; the punctuation is read only with ``punctuation`` (else the
         mismatch is all false)."""
         if len(src) != len(tgt):
@@ -1507,7 +1542,8 @@ class LexicalAligner:
                             self.options.stem_chars,
                             self.options.hangul_letters)
             out[:, start:stop] = self._score_ids(
-                s_ids, t_ids, None if trained is None else trained[start:stop])
+                s_ids, t_ids, None if trained is None else trained[start:stop],
+                None if fresh is None else fresh[start:stop])
             if punctuation:
                 mismatch[start:stop] = (final_punctuation(src_part)
                                         != final_punctuation(tgt_part))
@@ -1517,7 +1553,8 @@ class LexicalAligner:
         return PairScores(score=score, forward=out[1], backward=out[2], punct_mismatch=mismatch)
 
     def _score_ids(self, src: _Ragged, tgt: _Ragged,
-                   trained: NDArray[np.bool_] | None = None) -> F64:
+                   trained: NDArray[np.bool_] | None = None,
+                   fresh: NDArray[np.int8] | None = None) -> F64:
         """Rows: align_score (without the punctuation term), s(tgt|src), s(src|tgt)."""
         n = src.lengths.size
         out = np.full((3, n), EMPTY_SCORE)
@@ -1527,6 +1564,12 @@ class LexicalAligner:
         if rows.size < n:
             src, tgt = src.take(rows), tgt.take(rows)
         left_out = None if trained is None else np.asarray(trained, bool)[rows]
+        # as if a side also trained on in another row were not (_as_fresh); a model without
+        # its training counts (idf_power 0) scores as it is
+        fresh_rows, counts = None, None
+        if fresh is not None and self.src_counts is not None and self.tgt_counts is not None:
+            fresh_rows, counts = np.asarray(fresh, np.int8)[rows], (self.src_counts,
+                                                                   self.tgt_counts)
         l_len = src.lengths
         m_len = tgt.lengths
         fwd = np.empty(rows.size)
@@ -1549,6 +1592,9 @@ class LexicalAligner:
                 link, own = _left_out(block, link, src_tok, left_out[done:done + k],
                                       (self.src_counts, self.tgt_counts),
                                       self._identity_partner, self.options.max_train_tokens)
+            if fresh_rows is not None and counts is not None and fresh_rows[done:done + k].any():
+                link = _as_fresh(block, link, src_tok, fresh_rows[done:done + k], counts,
+                                 self.options.max_train_tokens)
             if fertility > 0.0:
                 lens = slice(done, done + k)
                 best_f, best_e = _capped_links(block, link, src_tok, l_len[lens], m_len[lens],
@@ -1939,18 +1985,20 @@ class Negatives:
     #: every row drawn to make a negative of the kinds asked for (``kinds=``; those whose
     #: negative was left out included); the blocks of the kinds are disjoint
     drawn: I64
+    #: per pair, the row whose target it took (-1: a cut side, its own row's)
+    partners: I64 = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
 
     def only(self, keep: NDArray[np.bool_]) -> Negatives:
         """The negatives where ``keep`` is true (``drawn`` unchanged)."""
         rows = pa.array(np.flatnonzero(keep))
         return Negatives(self.src.take(rows), self.tgt.take(rows), self.kinds[keep],
-                         self.rows[keep], self.drawn)
+                         self.rows[keep], self.drawn, self.partners[keep])
 
     def without_texts(self) -> Negatives:
         """The same negatives without their texts (kinds and rows are what calibration
         needs once they are scored)."""
         empty = pa.array([], pa.large_string())
-        return Negatives(empty, empty, self.kinds, self.rows, self.drawn)
+        return Negatives(empty, empty, self.kinds, self.rows, self.drawn, self.partners)
 
     def counts(self) -> dict[str, int]:
         """Pairs of each kind."""
@@ -2043,7 +2091,7 @@ def synthetic_negatives(src: pa.Array | pa.ChunkedArray, tgt: pa.Array | pa.Chun
     taken = pa.array(read)
     src_of = dict(zip(read.tolist(), _as_array(src).take(taken).to_pylist(), strict=True))
     tgt_of = dict(zip(read.tolist(), _as_array(tgt).take(taken).to_pylist(), strict=True))
-    made: list[tuple[str, str, int, int]] = []
+    made: list[tuple[str, str, int, int, int]] = []
     for kind, block in enumerate(blocks.tolist()):
         if kind not in made_kinds:
             continue
@@ -2052,17 +2100,18 @@ def synthetic_negatives(src: pa.Array | pa.ChunkedArray, tgt: pa.Array | pa.Chun
             if kind in (0, 1):
                 b = int(partner_of[a]) if kind == 0 else (a + 1) % n
                 if s != (src_of[b] or "") and t != (tgt_of[b] or ""):
-                    made.append((s, tgt_of[b] or "", kind, a))
+                    made.append((s, tgt_of[b] or "", kind, a, b))
             else:
                 side = t if kind == 2 else s
                 cut = _cut(side, float(fraction[a]))
                 if len(cut) <= _CUT_LEFT * len(side):
-                    made.append((s, cut, kind, a) if kind == 2 else (cut, t, kind, a))
+                    made.append((s, cut, kind, a, -1) if kind == 2 else (cut, t, kind, a, -1))
     return Negatives(pa.array([m[0] for m in made], pa.large_string()),
                      pa.array([m[1] for m in made], pa.large_string()),
                      np.asarray([m[2] for m in made], dtype=np.int8),
                      np.asarray([m[3] for m in made], dtype=np.int64),
-                     np.sort(blocks[made_kinds].reshape(-1)).astype(np.int64))
+                     np.sort(blocks[made_kinds].reshape(-1)).astype(np.int64),
+                     np.asarray([m[4] for m in made], dtype=np.int64))
 
 
 #: the ridge on :func:`punct_weight`'s logistic coefficients (the data's weight is 1 in all):
@@ -2152,7 +2201,8 @@ def calibrate(corpus: NDArray[Any], negatives: NDArray[Any], *, negative_recall:
               max_real_reject: float, reference: NDArray[np.bool_] | None = None,
               kinds: NDArray[np.integer[Any]] | None = None,
               mixture: NDArray[np.bool_] | None = None,
-              min_p_translation: float = 0.8) -> Calibration:
+              min_p_translation: float = 0.8,
+              cap_negatives: NDArray[Any] | None = None) -> Calibration:
     """The threshold and ``p_translation`` from the scores of corpus pairs and of negatives.
 
     The corpus' scores are a mixture: misaligned pairs, distributed like some mix of the
@@ -2179,6 +2229,17 @@ def calibrate(corpus: NDArray[Any], negatives: NDArray[Any], *, negative_recall:
     all kinds 2–7% and 99%. ``p_translation(s) = 1 - Σ_k w_k f_k(s) / f_corpus(s)`` from
     smoothed histograms, made non-decreasing in ``s``, with ``w`` the mean of the two fits
     below (re-paired negatives alone, and every kind).
+
+    ``cap_negatives``: the same negatives, scored as the corpus' junk would be (a negative the
+    model was trained on shares its sides with rows it was also trained on, the corpus' junk
+    mostly does not: :meth:`LexicalAligner.scores`' ``fresh``). Where given, the misaligned
+    share and the real pairs' loss, which caps the threshold, are estimated from them; the
+    threshold's quantile and ``p_translation`` still read ``negatives``. Why: junk whose words
+    the model learnt from that pair alone scores higher than such negatives, mostly in their
+    low tail, where the share is fitted, so the share came out low and every point of it was
+    counted as real pairs lost: on NTREX en–de with a quarter of its rows re-paired, an
+    estimated 1.96% of the real pairs lost for 0.00% really lost, and 0.46 of the junk caught
+    (docs/quality.md, *Negatives scored as fresh junk*).
     """
     corpus = np.asarray(corpus, np.float64)
     negatives = np.asarray(negatives, np.float64)
@@ -2197,15 +2258,16 @@ def calibrate(corpus: NDArray[Any], negatives: NDArray[Any], *, negative_recall:
     def below(sorted_values: F64, t: float) -> float:
         return float(np.searchsorted(sorted_values, t, side="left")) / sorted_values.size
 
-    grid = [float(t) for t in np.quantile(neg, _MIXTURE_QUANTILES)]
-    bound_c = np.convolve([below(fin, t) for t in grid], _SMOOTH_BOUNDS, mode="valid")
-
-    def fit(use: NDArray[np.bool_]) -> tuple[list[F64], F64, F64]:
-        """The kinds' sorted scores, their bounds, and the most junk they explain."""
-        kinds_here = [np.sort(negatives[use & (codes == k)]) for k in np.unique(codes[use])]
+    def fit(scores: F64, use: NDArray[np.bool_]) -> tuple[list[F64], F64, F64, F64]:
+        """The kinds' sorted scores, their bounds, the most junk they explain, and the
+        corpus' bounds (at 30-90% of all the ``scores``)."""
+        grid = [float(t) for t in np.quantile(scores[np.isfinite(scores)], _MIXTURE_QUANTILES)]
+        corpus_bounds = np.convolve([below(fin, t) for t in grid], _SMOOTH_BOUNDS, mode="valid")
+        kinds_here = [np.sort(scores[use & (codes == k)]) for k in np.unique(codes[use])]
         bounds = np.array([np.convolve([below(g, t) for t in grid], _SMOOTH_BOUNDS,
                                        mode="valid") for g in kinds_here]).T
-        return kinds_here, bounds, _lp_max(np.ones(len(kinds_here)), bounds, bound_c)
+        return (kinds_here, bounds, _lp_max(np.ones(len(kinds_here)), bounds, corpus_bounds),
+                corpus_bounds)
 
     # two estimates: every kind of negative may "explain" real pairs as junk (a cut side or
     # a next line that is still a fair translation) and overstates the junk; re-paired pairs
@@ -2215,8 +2277,20 @@ def calibrate(corpus: NDArray[Any], negatives: NDArray[Any], *, negative_recall:
     # short real pair's score looked like junk wherever the corpus' low tail was thin
     # (Tatoeba eng-cmn without junk lost 1.60% of its real pairs, 1.21% from the mean; the
     # junk caught the same at every junk level of the quality sweep but one, by one pair)
-    groups, bound_f, weights = fit(usable)
-    all_groups, _, all_weights = fit(finite)
+    groups, bound_f, weights, bound_c = fit(negatives, usable)
+    all_groups, _, all_weights, _ = fit(negatives, finite)
+    posterior_junk = (groups, weights, all_groups, all_weights)
+    if cap_negatives is not None:
+        capped = np.asarray(cap_negatives, np.float64)
+        if capped.shape != negatives.shape:
+            raise ValueError(f"cap_negatives holds {capped.size} scores for {negatives.size} "
+                             "negatives")
+        capped_finite = np.isfinite(capped)
+        capped_usable = (capped_finite if mixture is None
+                         else capped_finite & np.asarray(mixture, bool))
+        if capped_usable.any():
+            groups, bound_f, weights, bound_c = fit(capped, capped_usable)
+            all_groups, _, all_weights, _ = fit(capped, capped_finite)
     share = float(min(1.0, weights.sum()))
     share_high = float(min(1.0, max(all_weights.sum(), share)))
 
@@ -2257,8 +2331,8 @@ def calibrate(corpus: NDArray[Any], negatives: NDArray[Any], *, negative_recall:
                     for g, w in zip(kinds, kind_weights, strict=True)),
                    np.zeros(SCORE_EDGES.size - 1))
 
-    posterior = _posterior(corpus_hist, (junk_histogram(groups, weights)
-                                         + junk_histogram(all_groups, all_weights)) / 2)
+    posterior = _posterior(corpus_hist, (junk_histogram(*posterior_junk[:2])
+                                         + junk_histogram(*posterior_junk[2:])) / 2)
     # and only where junk is likely enough: a corpus without junk (one cleaned already) loses
     # next to nothing, whatever the negatives' quantile says
     threshold = min(threshold, _crossing(posterior, min_p_translation))

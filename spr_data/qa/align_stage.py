@@ -223,10 +223,23 @@ class AlignStage:
         # what is scored after training goes to a work file now, so that this process holds
         # no text through training but the training pairs, and those only until encoded
         # and whether the model is trained on each (what leave_one_out reads)
+        # the seen negatives once more, scored as the corpus' junk would be: each shares its
+        # sides with rows the model is also trained on (its own row's source, unless the
+        # negative took that row's place, and another row's target), the corpus' junk mostly
+        # does not; the share of junk and the real pairs' loss are estimated from these
+        # (see calibrate's cap_negatives)
+        fresh = np.zeros(len(seen_neg.kinds), np.int8)
+        if not outside:
+            fresh |= in_train[seen_neg.rows].astype(np.int8)
+            took = seen_neg.partners >= 0
+            fresh[took] |= np.int8(2) * in_train[seen_neg.partners[took]].astype(np.int8)
+        none = np.zeros(len(seen_neg.kinds), np.int8)
         scored = _write_pairs(work / "align_pairs.arrow", [
-            (calib_src, calib_tgt, in_train[calib] & (not outside)),
-            (unseen_neg.src, unseen_neg.tgt, np.zeros(len(unseen_neg.src), bool)),
-            (seen_neg.src, seen_neg.tgt, np.full(len(seen_neg.src), not outside))])
+            (calib_src, calib_tgt, in_train[calib] & (not outside), np.zeros(calib.size, np.int8)),
+            (unseen_neg.src, unseen_neg.tgt, np.zeros(len(unseen_neg.src), bool),
+             np.zeros(len(unseen_neg.src), np.int8)),
+            (seen_neg.src, seen_neg.tgt, np.full(len(seen_neg.src), not outside), none),
+            (seen_neg.src, seen_neg.tgt, np.full(len(seen_neg.src), not outside), fresh)])
         del calib_src, calib_tgt
         trained_ids = (np.zeros(0, np.uint64) if outside else np.sort(ids[in_train]))
         training = self._training_texts(src, tgt, in_train, seen_neg, trained_despite)
@@ -254,9 +267,9 @@ class AlignStage:
         release_heap()
         # the corpus sample and both sets of negatives, scored as tasks on the workers
         started = time.perf_counter()
-        calib_scores, unseen_scores, seen_scores = _scores_in_tasks(
+        calib_scores, unseen_scores, seen_scores, fresh_scores = _scores_in_tasks(
             context, paths["model"], model_hash, scored,
-            [calib.size, len(unseen_neg.kinds), len(seen_neg.kinds)])
+            [calib.size, len(unseen_neg.kinds), len(seen_neg.kinds), len(seen_neg.kinds)])
         trained_scored = in_train[calib]  # the rest of ``calib`` is the held-out rows
         weight = 0.0
         if cfg.punctuation and not cfg.model:  # a reused model keeps the weight it has
@@ -273,7 +286,7 @@ class AlignStage:
             tmp.replace(paths["model"])
             model_hash = aligner.content_hash
             del aligner
-            for part in (calib_scores, unseen_scores, seen_scores):
+            for part in (calib_scores, unseen_scores, seen_scores, fresh_scores):
                 part[0] -= np.float32(weight) * part[1]
         # the corpus rows scored here are not scored again in the decide step: the same model,
         # its punctuation term as it applies it, so the same float32 bits (at 100k pairs they
@@ -283,10 +296,11 @@ class AlignStage:
         _save(paths["scored_ids"], calib_ids[by_id])
         _save(paths["scored"], calib_scores[[0, 2, 3]][:, by_id].astype(np.float32))
         calib_d = calib_scores[2].astype(np.float64) - calib_scores[3]  # as apply's
-        calib_scores, unseen_scores, seen_scores = (
-            part[0] for part in (calib_scores, unseen_scores, seen_scores))
+        calib_scores, unseen_scores, seen_scores, fresh_scores = (
+            part[0] for part in (calib_scores, unseen_scores, seen_scores, fresh_scores))
 
-        def calibrated(corpus: np.ndarray, negatives: Any, scores: np.ndarray) -> Any:
+        def calibrated(corpus: np.ndarray, negatives: Any, scores: np.ndarray,
+                       as_fresh: np.ndarray | None = None) -> Any:
             # calibrated on the negatives that are two whole sentences (see _PAIR_KINDS)
             pair_kind = np.isin(negatives.kinds, _PAIR_KINDS)
             kinds, scores = negatives.kinds[pair_kind], scores[pair_kind]
@@ -297,7 +311,9 @@ class AlignStage:
                                  reference=kinds == repaired, kinds=kinds,
                                  mixture=np.isin(kinds,
                                                  [NEGATIVE_KINDS.index(k)
-                                                  for k in _MIXTURE_KINDS]))
+                                                  for k in _MIXTURE_KINDS]),
+                                 cap_negatives=None if as_fresh is None
+                                 else as_fresh[pair_kind])
             except InputError as error:
                 if cfg.min_score is None and cfg.quantile is None:
                     raise InputError(str(error) + _reach_note(context, drawn)) from None
@@ -314,7 +330,8 @@ class AlignStage:
             unseen = calibrated(calib_scores[~trained_scored], unseen_neg, unseen_scores)
             seen, seen_scores, seen_negatives = unseen, unseen_scores, unseen_neg
         else:
-            seen = calibrated(calib_scores[trained_scored], seen_neg, seen_scores)
+            seen = calibrated(calib_scores[trained_scored], seen_neg, seen_scores,
+                              fresh_scores)
             seen_negatives = seen_neg
             if whole:  # no row is unseen: its threshold decides nothing, the seen one stands
                 unseen = seen
@@ -815,7 +832,8 @@ def _score_task(task: _ScoreTask) -> np.ndarray:
     with pa.memory_map(task.pairs) as source:
         table = pa.ipc.open_file(source).read_all().slice(task.lo, task.hi - task.lo)
     scored = aligner.scores(table.column("src"), table.column("tgt"),
-                            trained=table.column("trained").to_numpy(zero_copy_only=False))
+                            trained=table.column("trained").to_numpy(zero_copy_only=False),
+                            fresh=table.column("fresh").to_numpy(zero_copy_only=False))
     out = np.stack([scored.score, scored.punct_mismatch.astype(np.float32), scored.forward,
                     scored.backward])
     del table, scored
@@ -823,13 +841,16 @@ def _score_task(task: _ScoreTask) -> np.ndarray:
     return out
 
 
-def _write_pairs(path: Path, sets: list[tuple[pa.Array, pa.Array, np.ndarray]]) -> Path:
-    """The pairs of ``sets``, one after the other, as an Arrow file (``src``, ``tgt``, and
-    ``trained``: whether the model is trained on the pair)."""
+def _write_pairs(path: Path,
+                 sets: list[tuple[pa.Array, pa.Array, np.ndarray, np.ndarray]]) -> Path:
+    """The pairs of ``sets``, one after the other, as an Arrow file (``src``, ``tgt``,
+    ``trained``: whether the model is trained on the pair, and ``fresh``: its sides to score
+    as if not trained on elsewhere, :meth:`spr_data.qa.align.LexicalAligner.scores`')."""
     table = pa.table({
-        "src": pa.concat_arrays([a.cast(pa.large_string()) for a, _, _ in sets]),
-        "tgt": pa.concat_arrays([b.cast(pa.large_string()) for _, b, _ in sets]),
-        "trained": pa.array(np.concatenate([np.asarray(t, bool) for _, _, t in sets]))})
+        "src": pa.concat_arrays([a.cast(pa.large_string()) for a, _, _, _ in sets]),
+        "tgt": pa.concat_arrays([b.cast(pa.large_string()) for _, b, _, _ in sets]),
+        "trained": pa.array(np.concatenate([np.asarray(t, bool) for _, _, t, _ in sets])),
+        "fresh": pa.array(np.concatenate([np.asarray(f, np.int8) for *_, f in sets]))})
     tmp = path.with_name(path.name + TMP_SUFFIX)
     with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
         out.write_table(table)
