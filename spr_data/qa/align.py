@@ -1986,7 +1986,7 @@ class Negatives:
     #: negative was left out included); the blocks of the kinds are disjoint
     drawn: I64
     #: per pair, the row whose target it took (-1: a cut side, its own row's)
-    partners: I64 = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    partners: I64
 
     def only(self, keep: NDArray[np.bool_]) -> Negatives:
         """The negatives where ``keep`` is true (``drawn`` unchanged)."""

@@ -220,26 +220,26 @@ class AlignStage:
                                                         length_fit))
         repaired = NEGATIVE_KINDS.index("repaired")
         outside = bool(cfg.trusted or cfg.model)  # the model never saw this corpus
-        # what is scored after training goes to a work file now, so that this process holds
-        # no text through training but the training pairs, and those only until encoded
-        # and whether the model is trained on each (what leave_one_out reads)
         # the seen negatives once more, scored as the corpus' junk would be: each shares its
         # sides with rows the model is also trained on (its own row's source, unless the
         # negative took that row's place, and another row's target), the corpus' junk mostly
         # does not; the share of junk and the real pairs' loss are estimated from these
-        # (see calibrate's cap_negatives)
-        fresh = np.zeros(len(seen_neg.kinds), np.int8)
-        if not outside:
-            fresh |= in_train[seen_neg.rows].astype(np.int8)
-            took = seen_neg.partners >= 0
-            fresh[took] |= np.int8(2) * in_train[seen_neg.partners[took]].astype(np.int8)
-        none = np.zeros(len(seen_neg.kinds), np.int8)
+        # (see calibrate's cap_negatives). None where the model never saw the corpus.
+        as_fresh = seen_neg.only(np.full(len(seen_neg.kinds), not outside))
+        fresh = in_train[as_fresh.rows].astype(np.int8)
+        took = as_fresh.partners >= 0
+        fresh[took] |= np.int8(2) * in_train[as_fresh.partners[took]].astype(np.int8)
+        # what is scored after training goes to a work file now, so that this process holds
+        # no text through training but the training pairs, and those only until encoded
+        # and whether the model is trained on each (what leave_one_out reads)
         scored = _write_pairs(work / "align_pairs.arrow", [
             (calib_src, calib_tgt, in_train[calib] & (not outside), np.zeros(calib.size, np.int8)),
             (unseen_neg.src, unseen_neg.tgt, np.zeros(len(unseen_neg.src), bool),
              np.zeros(len(unseen_neg.src), np.int8)),
-            (seen_neg.src, seen_neg.tgt, np.full(len(seen_neg.src), not outside), none),
-            (seen_neg.src, seen_neg.tgt, np.full(len(seen_neg.src), not outside), fresh)])
+            (seen_neg.src, seen_neg.tgt, np.full(len(seen_neg.src), not outside),
+             np.zeros(len(seen_neg.src), np.int8)),
+            (as_fresh.src, as_fresh.tgt, np.ones(len(as_fresh.src), bool), fresh)])
+        del as_fresh
         del calib_src, calib_tgt
         trained_ids = (np.zeros(0, np.uint64) if outside else np.sort(ids[in_train]))
         training = self._training_texts(src, tgt, in_train, seen_neg, trained_despite)
@@ -269,7 +269,7 @@ class AlignStage:
         started = time.perf_counter()
         calib_scores, unseen_scores, seen_scores, fresh_scores = _scores_in_tasks(
             context, paths["model"], model_hash, scored,
-            [calib.size, len(unseen_neg.kinds), len(seen_neg.kinds), len(seen_neg.kinds)])
+            [calib.size, len(unseen_neg.kinds), len(seen_neg.kinds), len(fresh)])
         trained_scored = in_train[calib]  # the rest of ``calib`` is the held-out rows
         weight = 0.0
         if cfg.punctuation and not cfg.model:  # a reused model keeps the weight it has
