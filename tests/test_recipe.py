@@ -192,7 +192,6 @@ def test_clean_exits_2_naming_the_key_before_doing_any_work(tiny: Path, tmp_path
     assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
 
 
-
 def test_rules_that_leave_no_pair_end_in_a_clear_error_not_an_empty_model(tiny: Path,
                                                                           tmp_path: Path):
     """Every row rejected before the align stage: nothing to train on or decide."""

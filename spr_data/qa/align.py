@@ -683,7 +683,6 @@ def _left_out(block: _Block, link: F32, src_tok: NDArray[np.uint32], mine: NDArr
     weights. An approximation of EM's leave-one-out (the posteriors of the last round read
     from the links). A word both sides hold (:func:`_with_identity_links`) keeps its identity
     link and its weight: that evidence is not learnt."""
-    n_src, n_tgt = block.src_ids.size, block.tgt_ids.size
     own_src = mine[block.src_pair] & (_positions(block.src_pair, block.n_pairs) < train_tokens)
     own_tgt = mine[block.tgt_pair] & (_positions(block.tgt_pair, block.n_pairs) < train_tokens)
     at = np.flatnonzero(own_src[src_tok] & own_tgt[block.gf])
@@ -691,10 +690,8 @@ def _left_out(block: _Block, link: F32, src_tok: NDArray[np.uint32], mine: NDArr
     value = link.astype(np.float64)
     v = value[at]
     # each own token's word within its pair, and how often the pair holds it
-    word_e = _groups(block.src_pair, block.src_ids, own_src)
-    word_f = _groups(block.tgt_pair, block.tgt_ids, own_tgt)
-    k_e = np.bincount(word_e[own_src], minlength=n_src)[word_e]
-    k_f = np.bincount(word_f[own_tgt], minlength=n_tgt)[word_f]
+    word_e, k_e = _own_counts(block.src_pair, block.src_ids, own_src)
+    word_f, k_f = _own_counts(block.tgt_pair, block.tgt_ids, own_tgt)
     c_src, c_tgt = (np.maximum(c[ids], 1).astype(np.float64)  # training counts, UNK's too
                     for c, ids in ((counts[0], block.src_ids), (counts[1], block.tgt_ids)))
     both = np.zeros(at.size)
@@ -741,8 +738,7 @@ def _as_fresh(block: _Block, link: F32, src_tok: NDArray[np.uint32], fresh: NDAr
     factors = []
     for side, own, ids, c in ((block.src_pair, fresh_src, block.src_ids, counts[0]),
                               (block.tgt_pair, fresh_tgt, block.tgt_ids, counts[1])):
-        word = _groups(side, ids, own)
-        k = np.bincount(word[own], minlength=word.size)[word].astype(np.float64)
+        k = _own_counts(side, ids, own)[1].astype(np.float64)
         cnt = np.maximum(c[ids], 1).astype(np.float64)
         factors.append(np.where(own & (cnt > k), cnt / np.maximum(cnt - k, 1.0), 1.0))
     scale = (factors[0][src_tok] + factors[1][block.gf]) / 2
@@ -764,6 +760,13 @@ def _groups(pair: I64, ids: I32, own: NDArray[np.bool_]) -> I64:
     key[~own] = -1 - np.arange(int(np.count_nonzero(~own)), dtype=np.int64)
     _, inverse = np.unique(key, return_inverse=True)
     return inverse.astype(np.int64)
+
+
+def _own_counts(pair: I64, ids: I32, own: NDArray[np.bool_]) -> tuple[I64, I64]:
+    """Per token: its :func:`_groups` number, and how often its word occurs among the
+    ``own`` tokens of its pair."""
+    word = _groups(pair, ids, own)
+    return word, np.bincount(word[own], minlength=word.size)[word]
 
 
 def _capped_links(block: _Block, link: F32, src_tok: NDArray[np.uint32], l_len: I64,
@@ -2279,7 +2282,8 @@ def calibrate(corpus: NDArray[Any], negatives: NDArray[Any], *, negative_recall:
     # junk caught the same at every junk level of the quality sweep but one, by one pair)
     groups, bound_f, weights, bound_c = fit(negatives, usable)
     all_groups, _, all_weights, _ = fit(negatives, finite)
-    posterior_junk = (groups, weights, all_groups, all_weights)
+    # p_translation reads the negatives as scored, the share and the cap the fresh ones
+    plain, plain_weights, every, every_weights = groups, weights, all_groups, all_weights
     if cap_negatives is not None:
         capped = np.asarray(cap_negatives, np.float64)
         if capped.shape != negatives.shape:
@@ -2331,8 +2335,8 @@ def calibrate(corpus: NDArray[Any], negatives: NDArray[Any], *, negative_recall:
                     for g, w in zip(kinds, kind_weights, strict=True)),
                    np.zeros(SCORE_EDGES.size - 1))
 
-    posterior = _posterior(corpus_hist, (junk_histogram(*posterior_junk[:2])
-                                         + junk_histogram(*posterior_junk[2:])) / 2)
+    posterior = _posterior(corpus_hist, (junk_histogram(plain, plain_weights)
+                                         + junk_histogram(every, every_weights)) / 2)
     # and only where junk is likely enough: a corpus without junk (one cleaned already) loses
     # next to nothing, whatever the negatives' quantile says
     threshold = min(threshold, _crossing(posterior, min_p_translation))

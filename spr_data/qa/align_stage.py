@@ -225,7 +225,7 @@ class AlignStage:
         # negative took that row's place, and another row's target), the corpus' junk mostly
         # does not; the share of junk and the real pairs' loss are estimated from these
         # (see calibrate's cap_negatives). None where the model never saw the corpus.
-        as_fresh = seen_neg.only(np.full(len(seen_neg.kinds), not outside))
+        as_fresh = seen_neg.only(np.zeros(len(seen_neg.kinds), bool)) if outside else seen_neg
         fresh = in_train[as_fresh.rows].astype(np.int8)
         took = as_fresh.partners >= 0
         fresh[took] |= np.int8(2) * in_train[as_fresh.partners[took]].astype(np.int8)
