@@ -239,7 +239,7 @@ def test_accounting_is_read_from_the_written_files(eng_ben: Path, corpora: Path,
     assert not list(out.glob("shard-*"))  # nothing where a reader would take it for rows
 
 
-def test_the_largest_units_are_handed_out_first(eng_ben: Path, tmp_path: Path):
+def test_the_largest_units_are_handed_out_first(corpora: Path, tmp_path: Path):
     """Units go to the workers largest first, not in file order, where a short unit met
     early can leave one worker finishing a whole unit last while the others idle; the
     output is the same bytes."""
@@ -255,10 +255,16 @@ def test_the_largest_units_are_handed_out_first(eng_ben: Path, tmp_path: Path):
 
     recipe = tmp_path / "rules.toml"
     recipe.write_text('stages = ["normalize", "rules"]\n', encoding="utf-8")
-    clean(eng_ben, tmp_path / "cleaned", recipe=recipe, workers=1)
-    # a cleaned dataset's shards are its units' kept rows: of uneven sizes, in no order
+    # a cleaned dataset's shards are its units' kept rows: here the first unit's are fewer
+    # than the next ones' (most of its targets a lone full stop, which the rules reject)
+    lines = (corpora / "parallel/tatoeba_manythings_eng-ben.tsv").read_text(
+        encoding="utf-8").splitlines()[:2500]
+    lines[:600] = [line.split("\t")[0] + "\t." for line in lines[:600]]
+    (tmp_path / "pairs.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ingest([tmp_path / "pairs.tsv"], tmp_path / "ds", langs=["en", "bn"], shard_rows=1000)
+    clean(tmp_path / "ds", tmp_path / "cleaned", recipe=recipe, workers=1)
     sizes = [s.rows for s in open_dataset(tmp_path / "cleaned").manifest.shards]
-    assert sorted(sizes, reverse=True) != sizes
+    assert sizes[0] < sizes[1] and sorted(sizes, reverse=True) != sizes
     executor = Recording()
     clean(tmp_path / "cleaned", tmp_path / "a", recipe=recipe, executor=executor)
     assert executor.rows == [sorted(sizes, reverse=True)] * 2  # score, then decide
