@@ -541,11 +541,11 @@ class LengthRatioFit:
     characters even after weighting); its spread shrinks with length like counting noise,
     ``var = floor + per_char / (L + s)`` with ``L`` the length the longer side predicts for
     both (so a side cut to a quarter does not widen its own band). The fit starts from the
-    densest quarter of the ratios, reads them as a mixture of translations and a broad
-    background (EM, :meth:`_unmixed`), then is refitted on the rows within three spreads
-    that it does not give to the background (sigma clipping, the spread in four bins of
-    length), so junk — half the rows re-paired, cut or appended, say — neither drags the
-    centre nor widens the band. Measured at 3 spreads and a floor of 2x: 0.0-0.5% of real
+    densest quarter of the ratios, reads them as a mixture of translations, a broad
+    background and a lump on each side (EM, :meth:`_unmixed`), then is refitted on the rows
+    within three spreads that it gives a fair chance of being translations (sigma clipping,
+    the spread in four bins of length), so junk — half the rows re-paired, cut or appended,
+    say — neither drags the centre nor widens the band much. Measured at 3 spreads and a floor of 2x: 0.0-0.5% of real
     Tatoeba, Multi30k and NTREX pairs, and 0.95-1.0 of targets cut to a quarter.
     """
 
@@ -567,8 +567,8 @@ class LengthRatioFit:
     #: of the real pairs alone, 20 1.08x, 30 1.06x), the most rows it is fitted on, and the
     #: least probability of being a translation a row the clipping after it reads has. A
     #: trade: 0.01 let the junk back in (at half junk 1.28x), 0.3 cut the translations' own
-    #: tails (short Tatoeba pairs, a quarter junk: 0.75% of the real pairs lost, 0.18% before
-    #: the side normals); 0.1: 1.17x and 0.45%; 0.2: 1.08x and 0.64%
+    #: tails (the length rule alone on short Tatoeba pairs, a quarter junk: 0.75% of the real
+    #: pairs lost, 0.18% before the side normals); 0.1: 1.17x and 0.45%; 0.2: 1.08x and 0.64%
     MIX_ROUNDS: ClassVar[int] = 20
     MIX_ROWS: ClassVar[int] = 4096
     MIN_P_TRANSLATION: ClassVar[float] = 0.2
