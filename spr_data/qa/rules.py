@@ -572,12 +572,12 @@ class LengthRatioFit:
     COUNTING_NOISE: ClassVar[float] = 1.0
     CLIP: ClassVar[float] = 3.0
     ROUNDS: ClassVar[int] = 4
-    #: EM rounds of the mixture (:meth:`_unmixed`: 10 left the spread at half junk 1.14x that
-    #: of the real pairs alone, 20 1.08x, 30 1.06x), the most rows it is fitted on, and the
+    #: EM rounds of the mixture (:meth:`_unmixed`: 10 left the spread at half junk 1.16x that
+    #: of the real pairs alone, 20 1.09x, 30 1.06x), the most rows it is fitted on, and the
     #: least probability of being a translation a row the clipping after it reads has. A
-    #: trade: 0.01 let the junk back in (at half junk 1.28x), 0.3 cut the translations' own
+    #: trade: 0.01 let the junk back in (at half junk 1.49x), 0.3 cut the translations' own
     #: tails (the length rule alone on short Tatoeba pairs, a quarter junk: 0.75% of the real
-    #: pairs lost, 0.18% before the side normals); 0.1: 1.17x and 0.45%; 0.2: 1.08x and 0.64%
+    #: pairs lost, 0.18% before the side normals); 0.1: 1.17x and 0.45%; 0.2: 1.09x and 0.64%
     MIX_ROUNDS: ClassVar[int] = 20
     MIX_ROWS: ClassVar[int] = 4096
     MIN_P_TRANSLATION: ClassVar[float] = 0.2
@@ -631,7 +631,7 @@ class LengthRatioFit:
         read as translations. Replayed on the rules stage's batches (docs/quality.md, *The
         length ratio at half junk*), the spread came out 1.33x / 1.73x that of a fit on the
         real pairs alone at a quarter / half of the rows cut or appended (NTREX, 9 languages),
-        1.89x (up to 3.2x) with junk of that one kind at half; with them 1.08x / 1.08x / 1.05x.
+        1.89x (up to 3.2x) with junk of that one kind at half; with them 1.09x / 1.09x / 1.05x.
         """
         sample = slice(None, None, step)
         a_, b_, x_ = a[sample], b[sample], x[sample]
