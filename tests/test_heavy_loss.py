@@ -126,3 +126,25 @@ def test_too_few_pairs_for_align_after_a_wrong_language_says_so(corpora: Path,
         clean(tmp_path / "ds", tmp_path / "out", workers=1)
     assert "rows passed the stages before align" in str(caught.value)
     assert "of the 1,014 rows" in str(caught.value)
+
+
+def test_a_corpus_of_one_template_says_its_negatives_met_the_rules(tmp_path: Path):
+    """Rows of one template whose numbers differ: every pair mixed with another is taken for
+    numbers_mismatch, so the calibration has no negatives; the error says that, not only
+    'a corpus this small' (400 rows are not few)."""
+    src, tgt = tmp_path / "c.en", tmp_path / "c.de"
+    src.write_text("".join(f"Item {i} costs {i + 7} euros .\n" for i in range(400)),
+                   encoding="utf-8")
+    tgt.write_text("".join(f"Artikel {i} kostet {i + 7} Euro .\n" for i in range(400)),
+                   encoding="utf-8")
+    ingest([src, tgt], tmp_path / "ds", format="moses", langs=["en", "de"])
+    with pytest.raises(InputError) as caught:
+        clean(tmp_path / "ds", tmp_path / "out", workers=1)
+    message = str(caught.value)
+    assert "negatives made of the corpus' own pairs passed the recipe's rules" in message
+    assert "numbers_mismatch" in message and "align.min_score" in message
+    # set by hand, the threshold needs no negatives: the same corpus is cleaned
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("[align]\nmin_score = -10.0\n", encoding="utf-8")
+    report = clean(tmp_path / "ds", tmp_path / "out2", recipe=recipe, workers=1)
+    assert report.rows_kept == 400

@@ -2490,7 +2490,10 @@ class PartialFit:
                 floor, per_unit = float(np.mean(dev2)), 0.0
             fit = cls(center, max(floor, cls.MIN_VARIANCE), per_unit, 0.0, int(d.size))
         spreads = fit.d_spreads(d[inside], length[inside])
-        rho = float(np.corrcoef(z[inside], spreads)[0, 1]) if np.std(z[inside]) > 0 else 0.0
+        # one template's pairs may hold one length ratio: no spread, no correlation (and no
+        # warning from numpy dividing by a zero deviation)
+        varies = np.std(z[inside]) > 0 and np.std(spreads) > 0
+        rho = float(np.corrcoef(z[inside], spreads)[0, 1]) if varies else 0.0
         fit = dataclasses.replace(fit, rho=float(np.clip(np.nan_to_num(rho), -0.9, 0.9)))
         u = fit.u(d, z, length)
         scale = 1.0

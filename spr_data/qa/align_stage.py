@@ -215,9 +215,14 @@ class AlignStage:
         # share is underestimated (measured: 0.28 for 0.40 on Multi30k with 50% junk)
         length_fit = self._length_fit(calib_src, calib_tgt)
         calib_sides = self._length_z(calib_src, calib_tgt, length_fit)
+        made = len(seen_neg.kinds) + len(unseen_neg.kinds)
         seen_neg = seen_neg.only(self._passes_rules(seen_neg.src, seen_neg.tgt, length_fit))
         unseen_neg = unseen_neg.only(self._passes_rules(unseen_neg.src, unseen_neg.tgt,
                                                         length_fit))
+        negatives_note = "" if len(seen_neg.kinds) + len(unseen_neg.kinds) or not made else (
+            f" (none of the {made:,} negatives made of the corpus' own pairs passed the "
+            "recipe's rules: pairs of one template whose numbers differ, say, where a pair "
+            "mixed with another is taken for numbers_mismatch before it reaches align)")
         repaired = NEGATIVE_KINDS.index("repaired")
         outside = bool(cfg.trusted or cfg.model)  # the model never saw this corpus
         # the seen negatives once more, scored as the corpus' junk would be: each shares its
@@ -316,7 +321,8 @@ class AlignStage:
                                  else as_fresh[pair_kind])
             except InputError as error:
                 if cfg.min_score is None and cfg.quantile is None:
-                    raise InputError(str(error) + _reach_note(context, drawn)) from None
+                    raise InputError(str(error) + (negatives_note
+                                                   or _reach_note(context, drawn))) from None
                 # too few pairs for negatives, and a threshold set by hand: nothing to estimate
                 return Calibration(threshold=float("-inf"), misaligned_share=0.0,
                                    negatives_rejected=0.0, real_rejected=0.0,
