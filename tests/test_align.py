@@ -370,6 +370,34 @@ def test_the_parts_counts_are_summed_in_chunks_to_the_same_bits(tmp_path: Path):
         align_module._add_part(short, *sums, chunk=64)
 
 
+def test_counts_by_agreement_are_one_number_a_word_pair_summed_to_the_same_bits(
+        tmp_path: Path):
+    """After EM's first round by agreement, both directions' count of a word pair is one
+    number: a part writes it once (8 bytes a word pair, not 16) and the driver sums it once,
+    to the bits of adding whole arrays in part order; a file of the two-count size is an
+    error here."""
+    rng = np.random.default_rng(5)
+    n_keys, tgt_size, src_size = 1_001, 40, 30
+    parts = [(rng.random(n_keys), rng.random(tgt_size), rng.random(src_size))
+             for _ in range(3)]
+    fe, null_f, null_e = np.zeros(n_keys), np.zeros(tgt_size), np.zeros(src_size)
+    for i, values in enumerate(parts):
+        path = tmp_path / f"part-{i}.bin"
+        with open(path, "wb") as f:
+            for v in values:
+                v.tofile(f)
+        align_module._add_part(path, fe, None, null_f, null_e, chunk=64)
+    for got, k in ((fe, 0), (null_f, 1), (null_e, 2)):
+        want = sum((p[k] for p in parts), np.zeros(got.size))
+        assert got.tobytes() == want.tobytes()
+    two = tmp_path / "two.bin"
+    with open(two, "wb") as f:
+        for v in (parts[0][0] + 1j * parts[0][0], parts[0][1], parts[0][2]):
+            v.tofile(f)
+    with pytest.raises(SprDataError, match=r"two\.bin holds 16,576 bytes, not 8,568"):
+        align_module._add_part(two, fe, None, null_f, null_e, chunk=64)
+
+
 def test_the_first_rounds_counts_are_model_1s_from_a_uniform_table():
     """EM's first round does not read its table: from a uniform one, each target word's mass
     is split evenly over the pair's source words and NULL, each source word's over the target
