@@ -439,6 +439,59 @@ def test_the_first_rounds_counts_are_model_1s_from_a_uniform_table():
     assert counts[-1] == 0  # every word pair is in the table
 
 
+def test_a_later_round_by_agreement_counts_what_both_directions_believe(tmp_path: Path):
+    """After the first round, by agreement, each co-occurrence adds the product of its two
+    posteriors, how much of the target token the source token explains and of the source
+    token the target token, to its word pair, one count for both directions. The part's
+    counts are those of that definition, written as loops here, over several blocks."""
+    rng = np.random.default_rng(7)
+    pairs = [(rng.integers(0, 6, rng.integers(1, 5)), rng.integers(0, 7, rng.integers(1, 6)))
+             for _ in range(60)]
+    src_size, tgt_size = 6, 7
+    keys = np.array(sorted({int(e) * tgt_size + int(f) for s, t in pairs for e in s for f in t}),
+                    np.uint32)
+    # as the table holds them (float32)
+    t_fe = rng.uniform(0.05, 1.0, keys.size).astype(np.float32).astype(np.float64)
+    t_ef = rng.uniform(0.05, 1.0, keys.size).astype(np.float32).astype(np.float64)
+    null_f, null_e = rng.uniform(0.05, 1.0, tgt_size), rng.uniform(0.05, 1.0, src_size)
+    at = {int(k): i for i, k in enumerate(keys)}
+    want = np.zeros(keys.size + 1)
+    want_null_f, want_null_e = np.zeros(tgt_size), np.zeros(src_size)
+    for s, t in pairs:
+        link = [[at[int(e) * tgt_size + int(f)] for f in t] for e in s]
+        den_f = [sum(t_fe[link[i][j]] for i in range(len(s))) + null_f[f] for j, f in enumerate(t)]
+        den_e = [sum(t_ef[link[i][j]] for j in range(len(t))) + null_e[e] for i, e in enumerate(s)]
+        for i in range(len(s)):
+            for j in range(len(t)):
+                k = link[i][j]
+                want[k] += (t_fe[k] / den_f[j]) * (t_ef[k] / den_e[i])
+        for j, f in enumerate(t):
+            want_null_f[f] += null_f[f] / den_f[j]
+        for i, e in enumerate(s):
+            want_null_e[e] += null_e[e] / den_e[i]
+    # the files _em leaves for its tasks: the pairs, the index, and round 1's table
+    for side, rows in (("src", [s for s, _ in pairs]), ("tgt", [t for _, t in pairs])):
+        np.save(tmp_path / f"{side}_offsets.npy",
+                np.cumsum([0, *(len(x) for x in rows)]).astype(np.int64))
+        np.save(tmp_path / f"{side}_ids.npy", np.concatenate(rows).astype(np.int32))
+    index = PackedHash(keys, np.arange(keys.size, dtype=np.uint32), absent=keys.size, load=0.5)
+    np.save(tmp_path / "slots.npy", index.slots)
+    table = np.zeros(keys.size + 1, np.complex64)
+    table.real[:-1], table.imag[:-1] = t_fe, t_ef
+    np.save(tmp_path / "table-1.npy", table)
+    np.save(tmp_path / "null-1.npy", np.stack([np.r_[null_f], np.r_[null_e, 0.0]]))
+    part = align_module._EPart(0, 0, len(pairs), 0, str(tmp_path), keys.size, src_size,
+                               tgt_size, index.size, 50, True)  # blocks of 50 co-occurrences
+    Path(align_module._e_step(part)).unlink()  # the first round finds the table positions
+    out = Path(align_module._e_step(dataclasses.replace(part, iteration=1)))
+    assert out.stat().st_size == 8 * (keys.size + 1 + tgt_size + src_size)  # one count a pair
+    got = np.fromfile(out, np.float64)
+    np.testing.assert_allclose(got[:keys.size + 1], want, rtol=1e-12)
+    np.testing.assert_allclose(got[keys.size + 1:keys.size + 1 + tgt_size], want_null_f,
+                               rtol=1e-12)
+    np.testing.assert_allclose(got[keys.size + 1 + tgt_size:], want_null_e, rtol=1e-12)
+
+
 def test_em_learns_word_translations():
     # the textbook example: only co-occurrence statistics tell "das" = "the"
     src = pa.array(["das haus", "das buch", "ein buch", "das haus ist klein"] * 3)

@@ -1230,10 +1230,10 @@ def _add_part(path: Path, counts_fe: F64, counts_ef: F64 | None, cnt_null_f: F64
             count = min(chunk, counts_fe.size - lo)
             if counts_ef is None:
                 counts_fe[lo:lo + count] += np.fromfile(f, np.float64, count=count)
-                continue
-            both = np.fromfile(f, np.complex128, count=count)
-            counts_fe[lo:lo + count] += both.real
-            counts_ef[lo:lo + count] += both.imag
+            else:
+                both = np.fromfile(f, np.complex128, count=count)
+                counts_fe[lo:lo + count] += both.real
+                counts_ef[lo:lo + count] += both.imag
         for total in (cnt_null_f, cnt_null_e):
             total += np.fromfile(f, np.float64, count=total.size)
 
