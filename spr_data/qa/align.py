@@ -1018,7 +1018,7 @@ def _e_step(task: _EPart) -> str:
     # agreement the two are one number after the first round: summed once, as float64, and
     # written once (the same bits; a float64 scatter is 1.6x faster than a complex one, and
     # the part's file and the driver's sum are half as large)
-    agreed = task.iteration > 0 and task.agreement
+    agreed = _one_count(task.iteration, task.agreement)
     counts: NDArray[Any] = np.zeros(task.n_keys + 1, np.float64 if agreed else np.complex128)
     cnt_null_f = np.zeros(task.tgt_size)
     cnt_null_e = np.zeros(task.src_size)
@@ -1075,6 +1075,12 @@ def _e_step(task: _EPart) -> str:
     del counts, src, tgt
     release_heap()  # what this part grew goes back before the worker's next task
     return str(out)
+
+
+def _one_count(iteration: int, agreement: bool) -> bool:
+    """Whether a round's parts hold one count a word pair, both directions' (by agreement,
+    after the uniform first round: :func:`_e_step`), else two."""
+    return iteration > 0 and agreement
 
 
 def _uniform_counts(block: _Block, pos: NDArray[np.intp], counts: NDArray[np.complex128],
@@ -1159,8 +1165,7 @@ def _em(pairs: list[_Ragged], keys: U32, src_size: int, tgt_size: int,
                            slots_size, options.chunk_cooc, options.agreement)
                     for part, (lo, hi) in enumerate(parts)]
             done = dict(tasks.map(_e_step, todo))
-            # by agreement, after the first round both directions' counts are one (_e_step)
-            agreed = iteration > 0 and options.agreement
+            agreed = _one_count(iteration, options.agreement)
             counts_fe = np.zeros(n_keys + 1)
             counts_ef = counts_fe if agreed else np.zeros(n_keys + 1)
             cnt_null_f = np.zeros(tgt_size)

@@ -647,10 +647,9 @@ class LengthRatioFit:
 
         def responsibilities(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
             var = fit.variance(a, b, s)
-            dens = [np.exp(-0.5 * (x - fit.center) ** 2 / var) / np.sqrt(var),
-                    np.exp(-0.5 * (x - broad_center) ** 2 / broad_var) / math.sqrt(broad_var)]
-            dens += [np.exp(-0.5 * (x - c) ** 2 / (var + e)) / np.sqrt(var + e)
-                     for c, e in zip(side_centers, side_extra, strict=True)]
+            dens = [_normal(x, fit.center, var), _normal(x, broad_center, broad_var)]
+            dens += [_normal(x, c, var + e) for c, e in zip(side_centers, side_extra,
+                                                            strict=True)]
             joint = np.stack(dens, axis=1) * shares
             out: np.ndarray = joint / np.maximum(joint.sum(axis=1, keepdims=True),
                                                  np.finfo(np.float64).tiny)
@@ -735,6 +734,13 @@ class LengthRatioFit:
     def length(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """The length the longer side predicts for both (what the spread shrinks with)."""
         return np.asarray(np.maximum(a, b * math.exp(self.center)))
+
+
+def _normal(x: np.ndarray, center: float, var: np.ndarray | float) -> np.ndarray:
+    """A normal density at ``x`` without its constant factor (the same for every component of
+    a mixture, so it cancels in the responsibilities)."""
+    out: np.ndarray = np.exp(-0.5 * (x - center) ** 2 / var) / np.sqrt(var)
+    return out
 
 
 def _length_units(texts: pa.Array, lang: str, prof: TextProfile | None = None) -> np.ndarray:
