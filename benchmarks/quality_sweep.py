@@ -8,7 +8,7 @@ Multi30k en–de, the OpenNMT WMT en–de sample) with their recipes from ``data
 Multi30k en–cs and en–fr with the default recipe (no recipe of their own, and never tuned on;
 their wrong-language junk is German NTREX). Mixes are those of ``tests/test_clean_quality.py``
 (seed 13, at most 8,000 rows a mix, ``--junk-rows``; the corpus alone up to 30,000; ``--corpus``
-picks some). ``--align`` lines are
+picks some; ``--levels`` other junk shares). ``--align`` lines are
 added to each recipe's ``[align]`` table. About a minute a setting on 2 cores. Prints one line
 per corpus and level, then the means over the 24 corpus-levels: real pairs rejected under junk
 (the WMT sample aside: its own rows hold junk) and with none, and the recall of the kinds
@@ -94,6 +94,9 @@ def main() -> None:
                              "junk, instead of the quality tests' kinds")
     parser.add_argument("--corpus", action="append", default=[],
                         help="only this corpus (its name as printed; repeatable)")
+    parser.add_argument("--levels", type=float, nargs="+", default=list(LEVELS),
+                        help="junk shares to mix (default 0 0.1 0.25 0.5; a low share such "
+                             "as 0.02 mixes more rows, so each kind still gets 40)")
     args = parser.parse_args()
     corpora = corpora_dir(args.corpora)
     todo = jobs(corpora)
@@ -110,7 +113,7 @@ def main() -> None:
                 continue
             recipe = work / f"{langs}.toml"
             recipe.write_text(recipe_text(langs, args.align, args.rules), encoding="utf-8")
-            for level in LEVELS:
+            for level in args.levels:
                 quality = run_quality(corpus, langs, foreign, work / f"{langs}-{level}",
                                       level=level, japanese=japanese, seed=13, recipe=recipe,
                                       kinds=kinds,
@@ -131,14 +134,14 @@ def main() -> None:
     junk = [r for r in rows if r["level"] > 0]
     real = [r["real_rejected"] for r in junk if r["corpus"] != NOISY]
     alone = [r["real_rejected"] for r in rows if r["level"] == 0 and r["corpus"] != NOISY]
-    if not (junk and real and alone):  # --corpus named only the WMT sample, or nothing known
+    if not (junk and real):  # --corpus named only the WMT sample, or no level with junk
         return
     means = " ".join(f"{k} {sum(r['recall'][k] for r in junk) / len(junk):.3f}"
                      for k in shown if all(k in r["recall"] for r in junk))
     settings = ", ".join(args.align + args.rules) or "the recipes"
     print(f"means over {len(rows)} corpus-levels ({settings}): "
           f"real rejected {sum(real) / len(real):.2%} under junk (worst {max(real):.2%}), "
-          f"{sum(alone) / len(alone):.2%} with none; {means}")
+          + (f"{sum(alone) / len(alone):.2%} with none; " if alone else "") + means)
 
 
 if __name__ == "__main__":
