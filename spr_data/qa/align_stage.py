@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,40 @@ _SPARED = "spared"  # the sample files' column: the row is one of those
 
 
 @dataclass(frozen=True)
+class _Prepared:
+    """What the align stage trains and calibrates on (:meth:`AlignStage._prepare`)."""
+
+    ids: np.ndarray  # the sample's row ids, in its order
+    drawn: int  # pairs drawn before the sample was cut to the fewest that do
+    despite: int  # pairs trained on though an earlier stage rejected them (_TRAINED_DESPITE)
+    whole: bool  # every row the stage decides is in the sample (and trained on)
+    in_train: np.ndarray  # per sample row: trained on (not held out for negatives)
+    calib: np.ndarray  # the sample rows whose scores calibrate (_calibration_rows)
+    seen_neg: Negatives  # made of trained rows (without their texts, which are on disk)
+    unseen_neg: Negatives  # made of held-out rows
+    fresh: int  # the seen negatives again, scored as fresh junk: how many
+    length_fit: LengthRatioFit | None
+    calib_sides: tuple[np.ndarray, np.ndarray] | None  # the calibration rows' length z
+    negatives_note: str  # why no negative passed the rules, where none did
+    scored: Path  # the work file of pairs to score after training
+    trained_ids: np.ndarray  # sorted ids of the rows trained on (empty: outside)
+    training: list[pa.Array]  # the texts EM trains on (popped as they are encoded)
+
+
+@dataclass(frozen=True)
+class _Thresholds:
+    """What the calibration decided: the thresholds in force and how they were set."""
+
+    method: str  # "calibrated", "min_score" or "quantile"
+    seen: Calibration  # of the rows the model was trained on (the unseen one where none was)
+    unseen: Calibration
+    thresholds: dict[str, float]  # in force: "seen" and "unseen"
+    negatives: Negatives  # those the seen threshold read, and their scores
+    negative_scores: np.ndarray
+    warnings: list[str]
+
+
+@dataclass(frozen=True)
 class AlignStage:
     """``low_alignment``, ``partial_translation`` and ``shifted_lines`` from a lexical model
     trained on the corpus.
@@ -170,7 +205,140 @@ class AlignStage:
         if self.cleaned is not None:
             return self._decided_before(paths)
         cfg = self.config
-        sized = not (cfg.trusted or cfg.model)
+        outside = bool(cfg.trusted or cfg.model)  # the model never saw this corpus
+        sample = self._prepare(context, outside)
+        release_heap()
+        ids, n, in_train, calib = sample.ids, len(sample.ids), sample.in_train, sample.calib
+        seen_neg, unseen_neg, whole = sample.seen_neg, sample.unseen_neg, sample.whole
+        training = sample.training
+        options = AlignerOptions(src_lang=self.src_lang, tgt_lang=self.tgt_lang,
+                                 iterations=cfg.iterations, relaxation=cfg.relaxation,
+                                 fertility=cfg.fertility, idf_power=cfg.idf_power,
+                                 agreement=cfg.agreement, leave_one_out=cfg.leave_one_out,
+                                 worse_weight=cfg.worse_weight, stem_chars=cfg.stem_chars,
+                                 max_train_pairs=max(cfg.max_train_pairs, len(training[0])),
+                                 seed=cfg.seed)
+        trained_on = len(training[0])
+        started = time.perf_counter()
+        aligner = (self._reused_model() if cfg.model
+                   else LexicalAligner.train(*_popped(training), options, tasks=context))
+        train_seconds = time.perf_counter() - started
+        tmp = work / ("align_model.npz" + TMP_SUFFIX)
+        aligner.save(tmp)
+        tmp.replace(paths["model"])
+        model_hash = aligner.content_hash
+        del aligner  # the workers load it from disk; this process holds it no longer
+        release_heap()
+        # the corpus sample and both sets of negatives, scored as tasks on the workers
+        started = time.perf_counter()
+        calib_scores, unseen_scores, seen_scores, fresh_scores = _scores_in_tasks(
+            context, paths["model"], model_hash, sample.scored,
+            [calib.size, len(unseen_neg.kinds), len(seen_neg.kinds), sample.fresh])
+        trained_scored = in_train[calib]  # the rest of ``calib`` is the held-out rows
+        weight = 0.0
+        if cfg.punctuation and not cfg.model:  # a reused model keeps the weight it has
+            fit_rows = slice(None) if outside else trained_scored
+            fit_neg, fit_scores = ((unseen_neg, unseen_scores) if outside
+                                   else (seen_neg, seen_scores))
+            pair_kind = np.isin(fit_neg.kinds, _PAIR_KINDS)
+            weight = punct_weight(calib_scores[0, fit_rows], calib_scores[1, fit_rows] > 0,
+                                  fit_scores[0, pair_kind], fit_scores[1, pair_kind] > 0)
+        if weight > 0.0:
+            aligner = LexicalAligner.load(paths["model"], expected_hash=model_hash)
+            aligner = aligner.with_options(punct_weight=weight)
+            aligner.save(tmp)
+            tmp.replace(paths["model"])
+            model_hash = aligner.content_hash
+            del aligner
+            for part in (calib_scores, unseen_scores, seen_scores, fresh_scores):
+                part[0] -= np.float32(weight) * part[1]
+        # the corpus rows scored here are not scored again in the decide step: the same model,
+        # its punctuation term as it applies it, so the same float32 bits (at 100k pairs they
+        # are 65,536 of the 95,477 rows the stage decides); with both directions' scores
+        calib_ids = ids[calib]
+        by_id = np.argsort(calib_ids, kind="stable")
+        _save(paths["scored_ids"], calib_ids[by_id])
+        _save(paths["scored"], calib_scores[[0, 2, 3]][:, by_id].astype(np.float32))
+        calib_d = calib_scores[2].astype(np.float64) - calib_scores[3]  # as apply's
+        calib_scores, unseen_scores, seen_scores, fresh_scores = (
+            part[0] for part in (calib_scores, unseen_scores, seen_scores, fresh_scores))
+
+        score_seconds = time.perf_counter() - started
+        decided = self._thresholds(
+            calib_scores, trained_scored, (seen_neg, seen_scores, fresh_scores),
+            (unseen_neg, unseen_scores), outside=outside, whole=whole,
+            note=lambda: sample.negatives_note or _reach_note(context, sample.drawn))
+        seen, unseen, thresholds = decided.seen, decided.unseen, decided.thresholds
+        seen_negatives, seen_scores = decided.negatives, decided.negative_scores
+        method, threshold, warnings = decided.method, thresholds["seen"], decided.warnings
+        signs = (None if sample.calib_sides is None
+                 else np.stack([calib_d, *sample.calib_sides]))
+        says_more = self._says_more(calib_scores, trained_scored, thresholds, signs,
+                                    sample.length_fit, one_group=outside or whole,
+                                    warnings=warnings)
+        seen_pair = np.isin(seen_negatives.kinds, _PAIR_KINDS)  # what the threshold read
+        shifted_kind = seen_neg.kinds == NEGATIVE_KINDS.index("shifted")
+        made_from = seen_neg.rows[shifted_kind] if not outside else np.zeros(0, np.int64)
+        skip_ids = np.stack([ids[made_from], ids[(made_from + 1) % n]], axis=1)
+        skip_ids = skip_ids[np.argsort(skip_ids[:, 0], kind="stable")]
+        _save(paths["shift_skip_ids"], skip_ids)
+        _save(paths["trained_ids"], sample.trained_ids)
+        info = {"method": method, "threshold": threshold,
+                "threshold_unseen": thresholds["unseen"], "trained_on": trained_on,
+                "sample_drawn": sample.drawn, "sample_kept": n,
+                "trained_despite": 0 if outside else sample.despite,
+                "every_row_trained": bool(whole),
+                "corpus_pairs_scored": int(calib.size), "quantile": cfg.quantile,
+                "min_score": cfg.min_score, "trusted": cfg.trusted, "model": cfg.model,
+                "model_hash": model_hash, "train_seconds": round(train_seconds, 3),
+                "punct_weight": round(weight, 6),
+                "score_seconds": round(score_seconds, 3),
+                "calibrated_threshold": seen.threshold,
+                "calibrated_threshold_unseen": unseen.threshold,
+                # the mixture bounds the share from both sides (see calibrate): its midpoint,
+                # and the range; measured on Multi30k with 10/25/50% junk, 0.10-0.13 /
+                # 0.19-0.31 / 0.41-0.59
+                "estimated_misaligned_share": round(
+                    (seen.misaligned_share + seen.misaligned_share_low) / 2, 6),
+                "estimated_misaligned_share_range": [round(seen.misaligned_share_low, 6),
+                                                     round(seen.misaligned_share, 6)],
+                "estimated_misaligned_share_unseen": round(unseen.misaligned_share, 6),
+                "negatives_rejected": round(float(np.mean(seen_scores[seen_pair] < threshold))
+                                            if seen_pair.any() else 0.0, 6),
+                "estimated_real_rejected": round(seen.real_rejected, 6),
+                # count: the negatives the threshold is calibrated on (_PAIR_KINDS: the
+                # histogram's), kinds: every one made, rejected_by_kind: each kind's share
+                # below the threshold (cut sides only where the model never saw the corpus,
+                # since only whole-sentence kinds are made of training rows: _PAIR_KINDS)
+                "negatives": {"count": int(np.count_nonzero(seen_pair)),
+                              "kinds": seen_negatives.counts(),
+                              "rejected_by_kind": {
+                                  kind: round(float(np.mean(
+                                      seen_scores[seen_negatives.kinds == i] < threshold)), 6)
+                                  for i, kind in enumerate(NEGATIVE_KINDS)
+                                  if np.any(seen_negatives.kinds == i)},
+                              "unseen_count": int(np.count_nonzero(
+                                  np.isin(unseen_neg.kinds, _PAIR_KINDS)))},
+                "histograms": {"edges": SCORE_EDGES.round(4).tolist(),
+                               "corpus": list(seen.corpus_histogram),
+                               "negatives": list(seen.negatives_histogram)},
+                "p_translation": list(seen.p_translation),
+                "p_translation_unseen": list(unseen.p_translation),
+                # how far one side may say more than the other (None: not checked; the
+                # rows the model did not see, where too few were held out to fit: not either)
+                "partial_translation": says_more,
+                "warnings": warnings}
+        atomic_write_bytes(paths["info"], json.dumps(info).encode())
+        return {**state, "info": info}
+
+    def _prepare(self, context: CombineContext, outside: bool) -> _Prepared:
+        """The training sample (the fewest pairs that do, where ``align.model`` or
+        ``align.trusted`` is not set: ``outside``), the negatives made of it, the calibration
+        rows and the length fit they are judged by; what is scored after training is written
+        to a work file, and the training texts are returned alone, so that through training
+        this process holds no other text."""
+        cfg = self.config
+        sized = not outside
         src, tgt, ids, spared, words, alive = _training_pairs(
             context, cfg.max_train_pairs, cfg.seed, sized=sized, stem=cfg.stem_chars)
         src, tgt = src.cast(pa.large_string()), tgt.cast(pa.large_string())
@@ -223,8 +391,6 @@ class AlignStage:
             f" (none of the {made:,} negatives made of the corpus' own pairs passed the "
             "recipe's rules: pairs of one template whose numbers differ, say, where a pair "
             "mixed with another is taken for numbers_mismatch before it reaches align)")
-        repaired = NEGATIVE_KINDS.index("repaired")
-        outside = bool(cfg.trusted or cfg.model)  # the model never saw this corpus
         # the seen negatives once more, scored as the corpus' junk would be: each shares its
         # sides with rows the model is also trained on (its own row's source, unless the
         # negative took that row's place, and another row's target), the corpus' junk mostly
@@ -237,7 +403,7 @@ class AlignStage:
         # what is scored after training goes to a work file now, so that this process holds
         # no text through training but the training pairs, and those only until encoded
         # and whether the model is trained on each (what leave_one_out reads)
-        scored = _write_pairs(work / "align_pairs.arrow", [
+        scored = _write_pairs(context.work / "align_pairs.arrow", [
             (calib_src, calib_tgt, in_train[calib] & (not outside), np.zeros(calib.size, np.int8)),
             (unseen_neg.src, unseen_neg.tgt, np.zeros(len(unseen_neg.src), bool),
              np.zeros(len(unseen_neg.src), np.int8)),
@@ -249,137 +415,75 @@ class AlignStage:
         trained_ids = (np.zeros(0, np.uint64) if outside else np.sort(ids[in_train]))
         training = self._training_texts(src, tgt, in_train, seen_neg, trained_despite)
         del trained_despite
-        seen_neg, unseen_neg = seen_neg.without_texts(), unseen_neg.without_texts()
-        del src, tgt
-        release_heap()
-        options = AlignerOptions(src_lang=self.src_lang, tgt_lang=self.tgt_lang,
-                                 iterations=cfg.iterations, relaxation=cfg.relaxation,
-                                 fertility=cfg.fertility, idf_power=cfg.idf_power,
-                                 agreement=cfg.agreement, leave_one_out=cfg.leave_one_out,
-                                 worse_weight=cfg.worse_weight, stem_chars=cfg.stem_chars,
-                                 max_train_pairs=max(cfg.max_train_pairs, len(training[0])),
-                                 seed=cfg.seed)
-        trained_on = len(training[0])
-        started = time.perf_counter()
-        aligner = (self._reused_model() if cfg.model
-                   else LexicalAligner.train(*_popped(training), options, tasks=context))
-        train_seconds = time.perf_counter() - started
-        tmp = work / ("align_model.npz" + TMP_SUFFIX)
-        aligner.save(tmp)
-        tmp.replace(paths["model"])
-        model_hash = aligner.content_hash
-        del aligner  # the workers load it from disk; this process holds it no longer
-        release_heap()
-        # the corpus sample and both sets of negatives, scored as tasks on the workers
-        started = time.perf_counter()
-        calib_scores, unseen_scores, seen_scores, fresh_scores = _scores_in_tasks(
-            context, paths["model"], model_hash, scored,
-            [calib.size, len(unseen_neg.kinds), len(seen_neg.kinds), len(fresh)])
-        trained_scored = in_train[calib]  # the rest of ``calib`` is the held-out rows
-        weight = 0.0
-        if cfg.punctuation and not cfg.model:  # a reused model keeps the weight it has
-            fit_rows = slice(None) if outside else trained_scored
-            fit_neg, fit_scores = ((unseen_neg, unseen_scores) if outside
-                                   else (seen_neg, seen_scores))
-            pair_kind = np.isin(fit_neg.kinds, _PAIR_KINDS)
-            weight = punct_weight(calib_scores[0, fit_rows], calib_scores[1, fit_rows] > 0,
-                                  fit_scores[0, pair_kind], fit_scores[1, pair_kind] > 0)
-        if weight > 0.0:
-            aligner = LexicalAligner.load(paths["model"], expected_hash=model_hash)
-            aligner = aligner.with_options(punct_weight=weight)
-            aligner.save(tmp)
-            tmp.replace(paths["model"])
-            model_hash = aligner.content_hash
-            del aligner
-            for part in (calib_scores, unseen_scores, seen_scores, fresh_scores):
-                part[0] -= np.float32(weight) * part[1]
-        # the corpus rows scored here are not scored again in the decide step: the same model,
-        # its punctuation term as it applies it, so the same float32 bits (at 100k pairs they
-        # are 65,536 of the 95,477 rows the stage decides); with both directions' scores
-        calib_ids = ids[calib]
-        by_id = np.argsort(calib_ids, kind="stable")
-        _save(paths["scored_ids"], calib_ids[by_id])
-        _save(paths["scored"], calib_scores[[0, 2, 3]][:, by_id].astype(np.float32))
-        calib_d = calib_scores[2].astype(np.float64) - calib_scores[3]  # as apply's
-        calib_scores, unseen_scores, seen_scores, fresh_scores = (
-            part[0] for part in (calib_scores, unseen_scores, seen_scores, fresh_scores))
+        return _Prepared(ids=ids, drawn=drawn, despite=int(np.count_nonzero(spared)),
+                         whole=bool(whole), in_train=in_train, calib=calib,
+                         seen_neg=seen_neg.without_texts(),
+                         unseen_neg=unseen_neg.without_texts(), fresh=len(fresh),
+                         length_fit=length_fit, calib_sides=calib_sides,
+                         negatives_note=negatives_note, scored=scored,
+                         trained_ids=trained_ids, training=training)
 
-        def calibrated(corpus: np.ndarray, negatives: Any, scores: np.ndarray,
-                       as_fresh: np.ndarray | None = None) -> Any:
-            # calibrated on the negatives that are two whole sentences (see _PAIR_KINDS)
-            pair_kind = np.isin(negatives.kinds, _PAIR_KINDS)
-            kinds, scores = negatives.kinds[pair_kind], scores[pair_kind]
-            try:
-                return calibrate(corpus, scores, negative_recall=cfg.negative_recall,
-                                 max_real_reject=cfg.max_real_reject,
-                                 min_p_translation=cfg.min_p_translation,
-                                 reference=kinds == repaired, kinds=kinds,
-                                 mixture=np.isin(kinds,
-                                                 [NEGATIVE_KINDS.index(k)
-                                                  for k in _MIXTURE_KINDS]),
-                                 cap_negatives=None if as_fresh is None
-                                 else as_fresh[pair_kind])
-            except InputError as error:
-                if cfg.min_score is None and cfg.quantile is None:
-                    raise InputError(str(error) + (negatives_note
-                                                   or _reach_note(context, drawn))) from None
-                # too few pairs for negatives, and a threshold set by hand: nothing to estimate
-                return Calibration(threshold=float("-inf"), misaligned_share=0.0,
-                                   negatives_rejected=0.0, real_rejected=0.0,
-                                   p_translation=tuple(1.0 for _ in SCORE_EDGES),
-                                   corpus_histogram=(0,) * (SCORE_EDGES.size - 1),
-                                   negatives_histogram=(0,) * (SCORE_EDGES.size - 1))
-
-        score_seconds = time.perf_counter() - started
+    def _thresholds(self, corpus: np.ndarray, trained: np.ndarray,
+                    seen: tuple[Negatives, np.ndarray, np.ndarray],
+                    unseen: tuple[Negatives, np.ndarray], *, outside: bool, whole: bool,
+                    note: Callable[[], str]) -> _Thresholds:
+        """The two calibrations (the rows the model was trained on, ``trained``, and those it
+        was not) from the corpus sample's scores ``corpus`` and the negatives' (``seen``:
+        the negatives, their scores and their scores as fresh junk; ``unseen``), the
+        thresholds in force (calibrated, or ``align.min_score`` / ``align.quantile`` where
+        the recipe sets one) and the warnings the report gives. ``note``: why the corpus may
+        be too small, for the error where it is (read only then: it reads the scored rows)."""
+        cfg = self.config
+        seen_neg, seen_scores, fresh_scores = seen
+        unseen_neg, unseen_scores = unseen
         warnings: list[str] = []
         if outside:
-            unseen = calibrated(calib_scores[~trained_scored], unseen_neg, unseen_scores)
-            seen, seen_scores, seen_negatives = unseen, unseen_scores, unseen_neg
+            unseen_cal = self._calibration(corpus[~trained], unseen_neg, unseen_scores, note)
+            seen_cal, seen_scores, seen_neg = unseen_cal, unseen_scores, unseen_neg
         else:
-            seen = calibrated(calib_scores[trained_scored], seen_neg, seen_scores,
-                              fresh_scores)
-            seen_negatives = seen_neg
+            seen_cal = self._calibration(corpus[trained], seen_neg, seen_scores, note,
+                                         fresh_scores)
             if whole:  # no row is unseen: its threshold decides nothing, the seen one stands
-                unseen = seen
+                unseen_cal = seen_cal
             elif np.isin(unseen_neg.kinds, _PAIR_KINDS).any():
-                unseen = calibrated(calib_scores[~trained_scored], unseen_neg, unseen_scores)
+                unseen_cal = self._calibration(corpus[~trained], unseen_neg, unseen_scores,
+                                               note)
             else:  # a corpus of a few dozen pairs holds out too few rows to make them of:
                 # those rows are kept here (the trained rows' threshold would reject them for
                 # being unseen, not for being junk); the lowest float, not -inf, so that
                 # report.json stays standard JSON
-                unseen = replace(seen, threshold=float(np.finfo(np.float64).min))
+                unseen_cal = replace(seen_cal, threshold=float(np.finfo(np.float64).min))
                 if cfg.min_score is None and cfg.quantile is None:
                     warnings.append("too few rows were held out of training to calibrate a "
                                     "threshold of their own; the align stage keeps them")
-        thresholds = {"seen": seen.threshold, "unseen": unseen.threshold}
+        thresholds = {"seen": seen_cal.threshold, "unseen": unseen_cal.threshold}
         if cfg.min_score is not None:
             method = "min_score"
             thresholds = {"seen": cfg.min_score, "unseen": cfg.min_score}
         elif cfg.quantile is not None:
             method = "quantile"
-            value = float(np.quantile(calib_scores, cfg.quantile))
+            value = float(np.quantile(corpus, cfg.quantile))
             thresholds = {"seen": value, "unseen": value}
             warnings.append(f"align.quantile = {cfg.quantile:g} rejects that share of the "
                             "pairs whatever the corpus holds (and again each time a cleaned "
                             "dataset is cleaned); drop it for the calibrated threshold "
-                            f"({seen.threshold:.3f} here)")
+                            f"({seen_cal.threshold:.3f} here)")
         else:
             method = "calibrated"
-        threshold = thresholds["seen"]
-        if (not outside and not whole and unseen is not seen
-                and unseen.misaligned_share - seen.misaligned_share > _SEEN_UNSEEN_GAP):
+        if (not outside and not whole and unseen_cal is not seen_cal
+                and unseen_cal.misaligned_share - seen_cal.misaligned_share > _SEEN_UNSEEN_GAP):
             warnings.append(
-                f"the rows held out of training look {unseen.misaligned_share:.0%} misaligned "
-                f"and the trained rows {seen.misaligned_share:.0%}: both are random rows of "
-                "one corpus, so the model tells rows it saw from rows it did not more than "
-                "translations from junk (too few pairs for this language pair); low_alignment "
-                "may take real pairs: read its examples in report.html, or train on "
-                "align.trusted or set align.min_score")
-        if method == "calibrated" and seen.negatives_rejected < 0.5:
+                f"the rows held out of training look {unseen_cal.misaligned_share:.0%} "
+                f"misaligned and the trained rows {seen_cal.misaligned_share:.0%}: both are "
+                "random rows of one corpus, so the model tells rows it saw from rows it did "
+                "not more than translations from junk (too few pairs for this language pair); "
+                "low_alignment may take real pairs: read its examples in report.html, or "
+                "train on align.trusted or set align.min_score")
+        if method == "calibrated" and seen_cal.negatives_rejected < 0.5:
             warnings.append(f"the alignment model tells the corpus' pairs from negatives made "
                             f"of them poorly: a threshold that keeps the real pairs rejects "
-                            f"only {seen.negatives_rejected:.0%} of the negatives; train it on "
-                            "a larger or trusted corpus (align.trusted)"
+                            f"only {seen_cal.negatives_rejected:.0%} of the negatives; train "
+                            "it on a larger or trusted corpus (align.trusted)"
                             + ("" if cfg.leave_one_out or outside else
                                ", or, for a few thousand long sentences, try "
                                "align.leave_one_out = true (docs/quality.md)"))
@@ -387,87 +491,67 @@ class AlignStage:
             warnings.append("align.leave_one_out scores the pairs a model was trained on; "
                             "with align.trusted or align.model no pair of this corpus is, "
                             "and it changes nothing")
-        says_more = None
-        if cfg.partial_z > 0.0 and calib_sides is not None and length_fit is not None:
-            # fitted on the rows the alignment keeps (junk it rejects would widen the spreads),
-            # the rows the model saw apart from those it did not, as the thresholds are
-            kept = calib_scores >= np.where(trained_scored, thresholds["seen"],
-                                            thresholds["unseen"])
-            signs = np.stack([calib_d, *calib_sides])
-            # one group where every row is decided as one the model saw (or as none it saw)
-            one_group = outside or whole
-            seen_rows = kept if one_group else kept & trained_scored
-            fit = PartialFit.of(*signs[:, seen_rows])
-            if fit is None:
-                warnings.append("too few pairs to fit how far one side may say more than the "
-                                "other; partial_translation is not checked")
-            else:
-                unseen_rows = kept & ~trained_scored
-                fit_unseen = fit if one_group else PartialFit.of(*signs[:, unseen_rows])
-                beyond = _beyond(fit, signs[:, seen_rows], cfg.partial_z)
-                says_more = {
-                    "z": cfg.partial_z, "length_fit": asdict(length_fit),
-                    "fit": asdict(fit), "rejected": beyond,
-                    "fit_unseen": None if fit_unseen is None else asdict(fit_unseen),
-                    "rejected_unseen": beyond if one_group else _beyond(
-                        fit_unseen, signs[:, unseen_rows], cfg.partial_z)}
-        elif cfg.partial_z > 0.0:
+        return _Thresholds(method, seen_cal, unseen_cal, thresholds, seen_neg, seen_scores,
+                           warnings)
+
+    def _calibration(self, corpus: np.ndarray, negatives: Negatives, scores: np.ndarray,
+                     note: Callable[[], str], as_fresh: np.ndarray | None = None
+                     ) -> Calibration:
+        """:func:`calibrate` on the negatives that are two whole sentences (see
+        ``_PAIR_KINDS``); where there are too few pairs for it and the recipe sets a threshold
+        by hand, nothing to estimate."""
+        cfg = self.config
+        pair_kind = np.isin(negatives.kinds, _PAIR_KINDS)
+        kinds, scores = negatives.kinds[pair_kind], scores[pair_kind]
+        try:
+            return calibrate(corpus, scores, negative_recall=cfg.negative_recall,
+                             max_real_reject=cfg.max_real_reject,
+                             min_p_translation=cfg.min_p_translation,
+                             reference=kinds == NEGATIVE_KINDS.index("repaired"), kinds=kinds,
+                             mixture=np.isin(kinds, [NEGATIVE_KINDS.index(k)
+                                                     for k in _MIXTURE_KINDS]),
+                             cap_negatives=None if as_fresh is None else as_fresh[pair_kind])
+        except InputError as error:
+            if cfg.min_score is None and cfg.quantile is None:
+                raise InputError(str(error) + note()) from None
+            return Calibration(threshold=float("-inf"), misaligned_share=0.0,
+                               negatives_rejected=0.0, real_rejected=0.0,
+                               p_translation=tuple(1.0 for _ in SCORE_EDGES),
+                               corpus_histogram=(0,) * (SCORE_EDGES.size - 1),
+                               negatives_histogram=(0,) * (SCORE_EDGES.size - 1))
+
+    def _says_more(self, corpus: np.ndarray, trained: np.ndarray, thresholds: dict[str, float],
+                   signs: np.ndarray | None, length_fit: LengthRatioFit | None, *,
+                   one_group: bool, warnings: list[str]) -> dict[str, Any] | None:
+        """The ``partial_translation`` fit for the report and the decide step (None: not
+        checked, with a warning): how far one side may say more than the other, fitted on
+        the calibration rows the thresholds keep (junk they reject would widen the spreads),
+        the rows the model saw apart from those it did not, as the thresholds are, unless
+        every row is decided as one group (``one_group``). ``signs``: per calibration row,
+        the two directions' difference and the length fit's signs (None without a rules
+        stage)."""
+        cfg = self.config
+        if cfg.partial_z <= 0.0:
+            return None
+        if signs is None or length_fit is None:
             warnings.append("partial_translation reads the length ratio the rules stage "
                             "measures, and this recipe has no rules stage: not checked")
-        seen_pair = np.isin(seen_negatives.kinds, _PAIR_KINDS)  # what the threshold read
-        shifted_kind = seen_neg.kinds == NEGATIVE_KINDS.index("shifted")
-        made_from = seen_neg.rows[shifted_kind] if not outside else np.zeros(0, np.int64)
-        skip_ids = np.stack([ids[made_from], ids[(made_from + 1) % n]], axis=1)
-        skip_ids = skip_ids[np.argsort(skip_ids[:, 0], kind="stable")]
-        _save(paths["shift_skip_ids"], skip_ids)
-        _save(paths["trained_ids"], trained_ids)
-        info = {"method": method, "threshold": threshold,
-                "threshold_unseen": thresholds["unseen"], "trained_on": trained_on,
-                "sample_drawn": drawn, "sample_kept": n,
-                "trained_despite": 0 if outside else int(np.count_nonzero(spared)),
-                "every_row_trained": bool(whole),
-                "corpus_pairs_scored": int(calib.size), "quantile": cfg.quantile,
-                "min_score": cfg.min_score, "trusted": cfg.trusted, "model": cfg.model,
-                "model_hash": model_hash, "train_seconds": round(train_seconds, 3),
-                "punct_weight": round(weight, 6),
-                "score_seconds": round(score_seconds, 3),
-                "calibrated_threshold": seen.threshold,
-                "calibrated_threshold_unseen": unseen.threshold,
-                # the mixture bounds the share from both sides (see calibrate): its midpoint,
-                # and the range; measured on Multi30k with 10/25/50% junk, 0.10-0.13 /
-                # 0.19-0.31 / 0.41-0.59
-                "estimated_misaligned_share": round(
-                    (seen.misaligned_share + seen.misaligned_share_low) / 2, 6),
-                "estimated_misaligned_share_range": [round(seen.misaligned_share_low, 6),
-                                                     round(seen.misaligned_share, 6)],
-                "estimated_misaligned_share_unseen": round(unseen.misaligned_share, 6),
-                "negatives_rejected": round(float(np.mean(seen_scores[seen_pair] < threshold))
-                                            if seen_pair.any() else 0.0, 6),
-                "estimated_real_rejected": round(seen.real_rejected, 6),
-                # count: the negatives the threshold is calibrated on (_PAIR_KINDS: the
-                # histogram's), kinds: every one made, rejected_by_kind: each kind's share
-                # below the threshold (cut sides only where the model never saw the corpus,
-                # since only whole-sentence kinds are made of training rows: _PAIR_KINDS)
-                "negatives": {"count": int(np.count_nonzero(seen_pair)),
-                              "kinds": seen_negatives.counts(),
-                              "rejected_by_kind": {
-                                  kind: round(float(np.mean(
-                                      seen_scores[seen_negatives.kinds == i] < threshold)), 6)
-                                  for i, kind in enumerate(NEGATIVE_KINDS)
-                                  if np.any(seen_negatives.kinds == i)},
-                              "unseen_count": int(np.count_nonzero(
-                                  np.isin(unseen_neg.kinds, _PAIR_KINDS)))},
-                "histograms": {"edges": SCORE_EDGES.round(4).tolist(),
-                               "corpus": list(seen.corpus_histogram),
-                               "negatives": list(seen.negatives_histogram)},
-                "p_translation": list(seen.p_translation),
-                "p_translation_unseen": list(unseen.p_translation),
-                # how far one side may say more than the other (None: not checked; the
-                # rows the model did not see, where too few were held out to fit: not either)
-                "partial_translation": says_more,
-                "warnings": warnings}
-        atomic_write_bytes(paths["info"], json.dumps(info).encode())
-        return {**state, "info": info}
+            return None
+        kept = corpus >= np.where(trained, thresholds["seen"], thresholds["unseen"])
+        seen_rows = kept if one_group else kept & trained
+        fit = PartialFit.of(*signs[:, seen_rows])
+        if fit is None:
+            warnings.append("too few pairs to fit how far one side may say more than the "
+                            "other; partial_translation is not checked")
+            return None
+        unseen_rows = kept & ~trained
+        fit_unseen = fit if one_group else PartialFit.of(*signs[:, unseen_rows])
+        beyond = _beyond(fit, signs[:, seen_rows], cfg.partial_z)
+        return {"z": cfg.partial_z, "length_fit": asdict(length_fit),
+                "fit": asdict(fit), "rejected": beyond,
+                "fit_unseen": None if fit_unseen is None else asdict(fit_unseen),
+                "rejected_unseen": beyond if one_group else _beyond(
+                    fit_unseen, signs[:, unseen_rows], cfg.partial_z)}
 
     def _training_texts(self, src: pa.Array, tgt: pa.Array, in_train: np.ndarray,
                         seen_neg: Negatives, spared: list[pa.Array]) -> list[pa.Array]:
