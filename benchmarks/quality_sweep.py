@@ -8,7 +8,7 @@ Multi30k en–de, the OpenNMT WMT en–de sample) with their recipes from ``data
 Multi30k en–cs and en–fr with the default recipe (no recipe of their own, and never tuned on;
 their wrong-language junk is German NTREX). Mixes are those of ``tests/test_clean_quality.py``
 (seed 13, at most 8,000 rows a mix, ``--junk-rows``; the corpus alone up to 30,000; ``--corpus``
-picks some; ``--levels`` other junk shares). ``--align`` lines are
+picks some; ``--levels`` other junk shares, ``--seed`` other mixes). ``--align`` lines are
 added to each recipe's ``[align]`` table. About a minute a setting on 2 cores. Prints one line
 per corpus and level, then the means over the 24 corpus-levels: real pairs rejected under junk
 (the WMT sample aside: its own rows hold junk) and with none, and the recall of the kinds
@@ -94,6 +94,9 @@ def main() -> None:
                              "junk, instead of the quality tests' kinds")
     parser.add_argument("--corpus", action="append", default=[],
                         help="only this corpus (its name as printed; repeatable)")
+    parser.add_argument("--seed", type=int, default=13,
+                        help="the mixes' seed (13: the quality tests'; another draws other "
+                             "real rows and other junk, for the spread of each figure)")
     parser.add_argument("--levels", type=float, nargs="+", default=list(LEVELS),
                         help="junk shares to mix (default 0 0.1 0.25 0.5; a low share such "
                              "as 0.02 mixes more rows, so each kind still gets 40)")
@@ -115,7 +118,8 @@ def main() -> None:
             recipe.write_text(recipe_text(langs, args.align, args.rules), encoding="utf-8")
             for level in args.levels:
                 quality = run_quality(corpus, langs, foreign, work / f"{langs}-{level}",
-                                      level=level, japanese=japanese, seed=13, recipe=recipe,
+                                      level=level, japanese=japanese, seed=args.seed,
+                                      recipe=recipe,
                                       kinds=kinds,
                                       max_rows=30000 if level == 0 else args.junk_rows)
                 row = {"corpus": name, "level": level, "real_rejected": quality.real_rejected,
