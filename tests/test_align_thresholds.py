@@ -121,22 +121,24 @@ def test_partial_translation_is_fitted_on_the_kept_rows_or_not_checked_with_a_re
     signs = np.stack([rng.normal(0.2, 0.3, n), rng.standard_normal(n), length])
     signs[:2, n - 400:] += 3.0  # the junk says more: a fit that took it would be wider
     warnings: list[str] = []
-    fit = stage()._says_more(corpus, trained, thresholds, signs, _length_fit(),
-                             one_group=True, warnings=warnings)
+    fit = stage()._says_more(corpus, trained, thresholds, signs[0], (signs[1], signs[2]),
+                             _length_fit(), one_group=True, warnings=warnings)
     assert fit is not None and not warnings
     kept = corpus >= -3.0  # the rows the threshold keeps, and only they, make the fit
     assert fit["fit"] == asdict(PartialFit.of(*signs[:, kept]))
     assert fit["fit"] != asdict(PartialFit.of(*signs))
     assert fit["fit"] == fit["fit_unseen"] and fit["rejected"] == fit["rejected_unseen"]
     assert 0.0 <= fit["rejected"] < 0.01  # a fit of these rows rejects next to none of them
-    assert stage(partial_z=0.0)._says_more(corpus, trained, thresholds, signs, _length_fit(),
+    assert stage(partial_z=0.0)._says_more(corpus, trained, thresholds, signs[0],
+                                           (signs[1], signs[2]), _length_fit(),
                                            one_group=True, warnings=warnings) is None
     assert not warnings  # turned off: nothing to say
-    assert stage()._says_more(corpus, trained, thresholds, None, None, one_group=True,
-                              warnings=warnings) is None
+    assert stage()._says_more(corpus, trained, thresholds, signs[0], None, None,
+                              one_group=True, warnings=warnings) is None
     assert "no rules stage" in warnings[-1]
-    few = stage()._says_more(corpus[:3], trained[:3], thresholds, signs[:, :3], _length_fit(),
-                             one_group=True, warnings=warnings)
+    few = stage()._says_more(corpus[:3], trained[:3], thresholds, signs[0, :3],
+                             (signs[1, :3], signs[2, :3]), _length_fit(), one_group=True,
+                             warnings=warnings)
     assert few is None and "too few pairs to fit" in warnings[-1]
 
 

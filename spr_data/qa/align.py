@@ -2511,7 +2511,7 @@ class PartialFit:
         # warning from numpy dividing by a zero deviation)
         varies = np.std(z[inside]) > 0 and np.std(spreads) > 0
         rho = float(np.corrcoef(z[inside], spreads)[0, 1]) if varies else 0.0
-        fit = dataclasses.replace(fit, rho=float(np.clip(np.nan_to_num(rho), -0.9, 0.9)))
+        fit = dataclasses.replace(fit, rho=float(np.clip(rho, -0.9, 0.9)))
         u = fit.u(d, z, length)
         scale = 1.0
         for _ in range(cls.ROUNDS):

@@ -271,11 +271,9 @@ class AlignStage:
         seen, unseen, thresholds = decided.seen, decided.unseen, decided.thresholds
         seen_negatives, seen_scores = decided.negatives, decided.negative_scores
         method, threshold, warnings = decided.method, thresholds["seen"], decided.warnings
-        signs = (None if sample.calib_sides is None
-                 else np.stack([calib_d, *sample.calib_sides]))
-        says_more = self._says_more(calib_scores, trained_scored, thresholds, signs,
-                                    sample.length_fit, one_group=outside or whole,
-                                    warnings=warnings)
+        says_more = self._says_more(calib_scores, trained_scored, thresholds, calib_d,
+                                    sample.calib_sides, sample.length_fit,
+                                    one_group=outside or whole, warnings=warnings)
         seen_pair = np.isin(seen_negatives.kinds, _PAIR_KINDS)  # what the threshold read
         shifted_kind = seen_neg.kinds == NEGATIVE_KINDS.index("shifted")
         made_from = seen_neg.rows[shifted_kind] if not outside else np.zeros(0, np.int64)
@@ -521,22 +519,24 @@ class AlignStage:
                                negatives_histogram=(0,) * (SCORE_EDGES.size - 1))
 
     def _says_more(self, corpus: np.ndarray, trained: np.ndarray, thresholds: dict[str, float],
-                   signs: np.ndarray | None, length_fit: LengthRatioFit | None, *,
-                   one_group: bool, warnings: list[str]) -> dict[str, Any] | None:
+                   differences: np.ndarray, sides: tuple[np.ndarray, np.ndarray] | None,
+                   length_fit: LengthRatioFit | None, *, one_group: bool,
+                   warnings: list[str]) -> dict[str, Any] | None:
         """The ``partial_translation`` fit for the report and the decide step (None: not
         checked, with a warning): how far one side may say more than the other, fitted on
         the calibration rows the thresholds keep (junk they reject would widen the spreads),
         the rows the model saw apart from those it did not, as the thresholds are, unless
-        every row is decided as one group (``one_group``). ``signs``: per calibration row,
-        the two directions' difference and the length fit's signs (None without a rules
-        stage)."""
+        every row is decided as one group (``one_group``). Per calibration row: the two
+        directions' difference (``differences``) and the length fit's signs (``sides``; None
+        without a rules stage)."""
         cfg = self.config
         if cfg.partial_z <= 0.0:
             return None
-        if signs is None or length_fit is None:
+        if sides is None or length_fit is None:
             warnings.append("partial_translation reads the length ratio the rules stage "
                             "measures, and this recipe has no rules stage: not checked")
             return None
+        signs = np.stack([differences, *sides])
         kept = corpus >= np.where(trained, thresholds["seen"], thresholds["unseen"])
         seen_rows = kept if one_group else kept & trained
         fit = PartialFit.of(*signs[:, seen_rows])
