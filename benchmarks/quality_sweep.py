@@ -12,11 +12,10 @@ picks some; ``--levels`` other junk shares, ``--seed`` other mixes). ``--align``
 added to each recipe's ``[align]`` table. About a minute a setting on 2 cores. Prints one line
 per corpus and level, then the means over the corpus-levels (24 by default): real pairs
 rejected under junk (the WMT sample aside: its own rows hold junk) and with none, and the
-recall of the kinds
-only the alignment model catches. ``--held-out-kinds`` mixes junk made differently instead
-(``tests.junk.HELD_OUT_MAKERS``: word salad, half the words replaced, a sentence appended to
-either side, a target cut to its half, a source-language target; nothing was tuned on them),
-with re-paired junk beside them as the reference.
+recall of the kinds only the alignment model catches. ``--held-out-kinds`` mixes junk made
+differently instead (``tests.junk.HELD_OUT_MAKERS``: word salad, half the words replaced, a
+sentence appended to either side, a target cut to its half, a source-language target;
+nothing was tuned on them), with re-paired junk beside them as the reference.
 """
 
 from __future__ import annotations
