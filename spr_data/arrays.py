@@ -1,7 +1,8 @@
 """Numpy helpers on the hot paths of id and hash sets.
 
 ``np.unique`` in numpy 2.3+ takes a hash-based path that measured 19 s on 14M uint64 values
-here, where sorting them takes 0.9 s; ``unique`` sorts.
+here, where sorting them takes 0.9 s; ``unique`` sorts. ``np.isin`` calls it on both arrays
+unless the second's range is small beside their sizes; ``member`` searches a sorted set.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["joined", "unique"]
+__all__ = ["joined", "member", "unique"]
 
 
 def unique(values: np.ndarray) -> np.ndarray:
@@ -22,6 +23,19 @@ def unique(values: np.ndarray) -> np.ndarray:
     keep[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
     return ordered[keep]
+
+
+def member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """``np.isin(values, sorted_set)`` for a ``sorted_set`` sorted ascending, by binary search.
+
+    Why: ``np.isin`` took 13 ms to look up a 16,384-row slice's ids among 81,857 trained ids
+    (its ``np.unique`` of both), this 0.3 ms; the align stage asks once a slice."""
+    values = np.asarray(values)
+    if len(sorted_set) == 0:
+        return np.zeros(values.shape, dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)
+    found: np.ndarray = sorted_set[at] == values
+    return found
 
 
 def joined(parts: list[np.ndarray], dtype: Any) -> np.ndarray:

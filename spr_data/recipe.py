@@ -204,6 +204,10 @@ class AlignConfig:
     #: own spreads, both pointing the same way by more than this many spreads together
     #: (:class:`spr_data.qa.align.PartialFit`); 0 turns the check off
     partial_z: float = _key(4.5, 0.0, why="0 turns the check off")
+    #: … and by this many already where the side that says more also holds a sentence more:
+    #: a sentence end with more text after it that the other side lacks (the next line glued
+    #: on, a sentence split that went wrong); 0 asks no less of such pairs
+    partial_z_sentence: float = _key(2.5, 0.0, why="0 turns the allowance off")
     #: reject runs of rows one line out of step (a Moses file that lost a line): a run needs
     #: this many neighbouring rows whose lines translate each other better than their own;
     #: 0 turns it off (see :func:`spr_data.qa.align.shifted_runs`)

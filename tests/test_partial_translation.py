@@ -4,6 +4,8 @@ directions' difference, each in the corpus' own spreads, point the same way far 
 
 The fit is checked on generated signs (where the truth is known), the decision on real
 Multi30k en–de pairs with such junk made from the corpus (``tests/junk.HELD_OUT_MAKERS``).
+A side that says more and also holds a sentence more (the next line glued on) is judged at
+``align.partial_z_sentence`` spreads already.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from spr_data import open_dataset
@@ -18,8 +21,9 @@ from spr_data.errors import InputError
 from spr_data.outdir import REJECTS_DIR
 from spr_data.pipeline.clean import clean
 from spr_data.qa.align import PartialFit
+from spr_data.qa.rules import sentence_more
 from spr_data.recipe import load_recipe
-from tests.junk import mix, multi30k, ntrex, read_lines, spr_rejections
+from tests.junk import Mix, mix, multi30k, ntrex, read_lines, spr_rejections
 
 RHO = 0.5
 MANIFESTS = Path(__file__).resolve().parents[1] / "data_manifests"
@@ -134,12 +138,51 @@ def test_appended_and_cut_sides_are_caught_and_real_pairs_kept(corpora: Path, tm
     assert one_sided[passed].mean() >= 0.3, one_sided[passed].mean()
     # re-paired pairs are the alignment score's, not this check's
     assert one_sided[labels == "re_paired"].mean() <= 0.05
-    # the side that says more gives the sign: a longer target below, a longer source above
+    # the side that says more gives the sign: a longer target below, a longer source above;
+    # past partial_z (4.5) spreads, or past partial_z_sentence (2.5) where that side holds a
+    # sentence more than the other
     distance = _distances(tmp_path / "clean" / REJECTS_DIR, len(labels))
-    rows = np.flatnonzero(one_sided)
+    rows = np.flatnonzero(one_sided & ~real)
     longer_target = labels[rows] == "appended_target"
-    assert np.all(distance[rows[longer_target]] < -4.5)
-    assert np.all(distance[rows[~longer_target]] > 4.5)
+    assert np.all(distance[rows[longer_target]] < -2.5)
+    assert np.all(distance[rows[~longer_target]] > 2.5)
+    sooner = rows[np.abs(distance[rows]) <= 4.5]
+    assert sooner.size  # some were judged sooner
+    more = _sentence_more(mixed.pairs, sooner)
+    assert np.array_equal(more, np.sign(distance[sooner]))
+
+
+def _sentence_more(pairs: list[tuple[str, str]], rows: np.ndarray) -> np.ndarray:
+    return sentence_more(pa.array([pairs[i][0] for i in rows]),
+                         pa.array([pairs[i][1] for i in rows]))
+
+
+def test_a_side_with_a_sentence_more_is_judged_sooner(corpora: Path, tmp_path: Path):
+    """The next pair's target glued onto a target (a sentence alignment gone wrong, one line
+    matched to two): with ``partial_z_sentence`` at its default (2.5) more of them go than at
+    4.5 spreads alone, no real pair more does, and every pair it adds holds the sentence more
+    on the side that says more."""
+    pairs = multi30k(corpora)[:6000]
+    glued = [(pairs[i][0], pairs[i][1] + " " + pairs[i + 1][1]) for i in range(0, 1200, 2)]
+    mixed = mix(pairs[1200:], 0.0, max_rows=4000)
+    rows = [*mixed.pairs, *glued]
+    is_glued = np.r_[np.zeros(len(mixed.pairs), bool), np.ones(len(glued), bool)]
+    caught, rejected_any = {}, {}
+    for z in (0.0, 2.5):
+        recipe = tmp_path / f"z{z}.toml"
+        recipe.write_text(f"[align]\npartial_z_sentence = {z}\n", encoding="utf-8")
+        mixed_z = Mix(rows, ["glued" if g else None for g in is_glued])
+        rejected, report = spr_rejections(mixed_z, "en-de", tmp_path / f"z{z}", recipe=recipe)
+        assert report["align"]["partial_translation"]["z_sentence"] == z
+        reason = np.array([rejected.get(i, "") for i in range(len(rows))])
+        caught[z] = reason == "partial_translation"
+        rejected_any[z] = reason != ""
+    added = np.flatnonzero(caught[2.5] & ~caught[0.0])
+    assert not (caught[0.0] & ~caught[2.5]).any()
+    # measured: 0.925 -> 0.995 of the glued pairs rejected, the same 1 real pair of 4,000
+    assert rejected_any[2.5][is_glued].mean() >= rejected_any[0.0][is_glued].mean() + 0.05
+    assert np.array_equal(rejected_any[2.5][~is_glued], rejected_any[0.0][~is_glued])
+    assert np.all(_sentence_more(rows, added) == -1)  # each glued target: a sentence more
 
 
 def test_turned_off_it_rejects_nothing_and_says_so(corpora: Path, tmp_path: Path):

@@ -1,14 +1,17 @@
-"""Properties over generated inputs: ids partition the input; any Unicode text round-trips."""
+"""Properties over generated inputs: ids partition the input; any Unicode text round-trips; the
+id-set helpers answer as numpy does."""
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
 
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
 from spr_data import ingest, open_dataset, verify_dataset
+from spr_data.arrays import member, unique
 
 GOOD = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\t\n\r\x00"),
                min_size=1, max_size=12).map(lambda s: s.encode())
@@ -51,3 +54,18 @@ def test_any_unicode_text_round_trips(texts: list[str], crlf: bool):
         ingest([src], Path(tmp) / "ds", shard_rows=7)
         ds = open_dataset(Path(tmp) / "ds")
         assert ds.take(range(len(ds))).column("text").to_pylist() == texts
+
+
+IDS = st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 40), max_size=80)
+
+
+@given(values=IDS, members=IDS)
+def test_member_and_unique_answer_as_numpy(values: list[int], members: list[int]):
+    """``member`` searches a sorted set (as the align, dedup, quarantine and audit steps hold
+    them) and ``unique`` sorts: the same answers as ``np.isin`` and ``np.unique``."""
+    v = np.array(values, dtype=np.uint64)
+    ids = np.array(members, dtype=np.uint64)
+    assert np.array_equal(unique(ids), np.unique(ids))
+    assert np.array_equal(member(v, unique(ids)), np.isin(v, ids))
+    assert np.array_equal(member(v, np.sort(ids)), np.isin(v, ids))
+    assert member(v, unique(ids)).dtype == np.bool_

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from spr_data.arrays import unique
+from spr_data.arrays import member, unique
 from spr_data.dataset import Dataset, open_dataset
 from spr_data.errors import DatasetError, InputError
 from spr_data.reader import ReaderOptions
@@ -247,12 +247,12 @@ def _check_content(ds: Dataset, min_distinct: float) -> dict[str, Any]:
 
 
 def _check_ids_log(ds: Dataset, path: Path) -> dict[str, Any]:
-    ids = _all_ids(ds).astype(np.int64)
+    ids = np.sort(_all_ids(ds).astype(np.int64))
     epochs = []
     problems = []
     for number, seen in enumerate(read_ids_log(path)):
         distinct = unique(seen)
-        known = np.isin(distinct, ids)
+        known = member(distinct, ids)
         missed = len(ids) - int(known.sum())
         repeats = len(seen) - len(distinct)
         unknown = int((~known).sum())

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from spr_data.arrays import unique
+
 __all__ = ["EpochPlan", "TokenPlan", "epoch_order", "plan", "token_plan"]
 
 _ROUNDS = 6
@@ -96,7 +98,7 @@ def _blocked_order(n: int, seed: int, epoch: int, positions: np.ndarray,
     if full_rows.any():
         blocks = epoch_order(full, seed, epoch, slots[full_rows])
         offsets = np.empty(int(full_rows.sum()), dtype=np.int64)
-        for b in np.unique(blocks).tolist():  # each block its own inner order
+        for b in unique(blocks).tolist():  # each block its own inner order
             here = blocks == b
             offsets[here] = epoch_order(block, seed ^ (b + 1), epoch, inner[full_rows][here])
         out[full_rows] = blocks * block + offsets

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from spr_data.arrays import joined
+from spr_data.arrays import joined, member
 from spr_data.dataset import open_dataset
 from spr_data.errors import InputError, SprDataError
 from spr_data.fsio import TMP_SUFFIX, atomic_write_bytes
@@ -48,7 +48,7 @@ from spr_data.qa.align import (
     synthetic_negatives,
     word_counts,
 )
-from spr_data.qa.rules import LengthRatioFit, RulesStage
+from spr_data.qa.rules import LengthRatioFit, RulesStage, sentence_more
 from spr_data.qa.stage import CombineContext, StageOutput, UnitRows
 from spr_data.recipe import AlignConfig
 from spr_data.schema import ID
@@ -547,7 +547,8 @@ class AlignStage:
         unseen_rows = kept & ~trained
         fit_unseen = fit if one_group else PartialFit.of(*signs[:, unseen_rows])
         beyond = _beyond(fit, signs[:, seen_rows], cfg.partial_z)
-        return {"z": cfg.partial_z, "length_fit": asdict(length_fit),
+        return {"z": cfg.partial_z, "z_sentence": cfg.partial_z_sentence,
+                "length_fit": asdict(length_fit),
                 "fit": asdict(fit), "rejected": beyond,
                 "fit_unseen": None if fit_unseen is None else asdict(fit_unseen),
                 "rejected_unseen": beyond if one_group else _beyond(
@@ -704,11 +705,12 @@ class AlignStage:
         whole_model = shift and aligner.options.leave_one_out
         says_more = info.get("partial_translation")
         distance_parts: list[np.ndarray] = []  # PartialFit.u per row (NaN: not scored)
+        more_parts: list[np.ndarray] = []  # sentence_more per row, where it can decide
         start = 0
         for batch in rows:
             n = batch.num_rows
             ids = np.asarray(batch.column(ID).to_numpy(), np.uint64)
-            seen = np.isin(ids, trained)
+            seen = member(ids, trained)
             # in file order, the rows no earlier stage rejected
             alive = np.flatnonzero(~rejected[start:start + n])
             scored = np.full((3, n), np.nan, dtype=np.float32)  # score, forward, backward
@@ -728,10 +730,14 @@ class AlignStage:
                 src_alive, tgt_alive = batch.column("src").take(at), batch.column("tgt").take(at)
             if says_more is not None:
                 distance = np.full(n, np.nan)
+                more = np.zeros(n, np.int8)
                 if alive.size:
                     distance[alive] = self._distance(says_more, src_alive, tgt_alive,
                                                      scored[1:, alive], seen[alive])
+                    more[alive] = _sentence_more(src_alive, tgt_alive, distance[alive],
+                                                 says_more.get("z_sentence", 0.0))
                 distance_parts.append(distance)
+                more_parts.append(more)
             if shift and alive.size:
                 links.add(src_alive, tgt_alive,
                           _p_values(scores[alive], seen[alive], info) < _SURE)
@@ -758,7 +764,12 @@ class AlignStage:
         one_sided = np.zeros(len(scores), dtype=bool)
         if says_more is not None:
             distance = joined(distance_parts, np.float64)
-            one_sided = (np.abs(np.nan_to_num(distance)) > says_more["z"]) & ~low_alignment
+            past = np.abs(np.nan_to_num(distance)) > says_more["z"]
+            z_sentence = says_more.get("z_sentence", 0.0)
+            if z_sentence > 0.0:  # the side that says more holds a sentence more too
+                more = joined(more_parts, np.int8)
+                past |= more * np.nan_to_num(distance) > z_sentence
+            one_sided = past & ~low_alignment
         out = StageOutput(columns={
             ALIGN_SCORE: pa.array(scores, mask=unscored),
             P_TRANSLATION: pa.array(np.asarray(p_values, np.float32), mask=unscored),
@@ -785,6 +796,20 @@ class AlignStage:
             "rejected_low_alignment": _histogram(scores[low_alignment]),
             "rejected_other": _histogram(scores[final & ~low_alignment])}
         return out
+
+
+def _sentence_more(src: pa.Array, tgt: pa.Array, distance: np.ndarray,
+                   z_sentence: float) -> np.ndarray:
+    """:func:`sentence_more` of the pairs whose ``distance`` (:meth:`PartialFit.u`) is past
+    ``z_sentence``, 0 for the rest: only those can it decide (a few in a hundred)."""
+    out = np.zeros(len(distance), np.int8)
+    if z_sentence <= 0.0:
+        return out
+    rows = np.flatnonzero(np.abs(np.nan_to_num(distance)) > z_sentence)
+    if rows.size:
+        picked = pa.array(rows)
+        out[rows] = sentence_more(src.take(picked), tgt.take(picked))
+    return out
 
 
 def _beyond(fit: PartialFit | None, signs: np.ndarray, z: float) -> float | None:

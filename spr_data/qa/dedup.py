@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spr_data.arrays import joined
+from spr_data.arrays import joined, member
 from spr_data.fsio import TMP_SUFFIX
 from spr_data.heap import release_heap
 from spr_data.qa.scripts import utf8_bytes
@@ -225,7 +225,7 @@ class DedupStage:
                 for mask, path in zip((dup, many), paths, strict=True):
                     near = _near(path, lo, hi)
                     if near.size:
-                        mask |= np.isin(ids, near)
+                        mask |= member(ids, near)
         rejects = [("duplicate", dup)]
         if self.by_source:
             rejects.append(("too_many_targets", many))

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from spr_data.arrays import unique
+from spr_data.arrays import member, unique
 from spr_data.errors import InputError
 from spr_data.fsio import TMP_SUFFIX
 from spr_data.qa.stage import CombineContext, StageOutput, UnitRows, unit_ids
@@ -73,5 +73,5 @@ class QuarantineStage:
     def apply(self, rows: UnitRows, state: dict[str, Any],
               rejected: np.ndarray) -> StageOutput:
         ids = unit_ids(rows)
-        hit = np.isin(ids, np.load(state["ids"], allow_pickle=False))
+        hit = member(ids, np.load(state["ids"], allow_pickle=False))  # sorted: read_quarantine
         return StageOutput(rejects=[("quarantined", hit)], stats={"quarantined": [int(hit.sum())]})

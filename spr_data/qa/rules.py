@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spr_data.arrays import unique
 from spr_data.qa.numbers import mismatches
 from spr_data.qa.scripts import (
     SCRIPT_NAMES,
@@ -33,7 +34,8 @@ from spr_data.qa.scripts import (
 from spr_data.qa.stage import StageOutput
 from spr_data.recipe import RulesConfig, SideRules
 
-__all__ = ["PAIR_RULES", "SIDE_RULES", "LengthRatioFit", "RulesStage", "mojibake_score"]
+__all__ = ["PAIR_RULES", "SIDE_RULES", "LengthRatioFit", "RulesStage", "mojibake_score",
+           "sentence_more"]
 
 #: Per-side rules in the order they apply (the first that fails is a row's ``reason``).
 SIDE_RULES = ("empty", "too_short", "too_long", "url_only", "html", "boilerplate", "junk",
@@ -280,7 +282,7 @@ def word_runs_over(texts: pa.Array, limit: int) -> np.ndarray:
     starts = np.flatnonzero(ok)
     if not len(starts):
         return out
-    rows = np.unique(np.searchsorted(offsets, spaces[starts], side="right") - 1)
+    rows = unique(np.searchsorted(offsets, spaces[starts], side="right") - 1)
     out[rows] = max_word_run(texts.take(pa.array(rows))) > limit
     return out
 
@@ -386,6 +388,14 @@ _MARK_INSIDE = rf"[{_FULL_STOPS}]\s+[^\sA-Z0-9\"'(\[]|[。！？]."
 #: after it
 _MORE_AFTER_END = (rf"[{re.escape(_END_MARKS)}][{_CLOSERS}]*\s+\S"
                    rf"|[。！？][^\s。！？{_CLOSERS}]")
+#: a sentence end with a sentence after it: a word's last two letters in lower case (not
+#: "Mr." or "U.S.") or a letter of a script without case (not a digit: "30. September" is a
+#: German date), maybe a space (Moses tokenized), a full stop, question or exclamation mark,
+#: its closers, a space and a capital or a letter without case, maybe behind an opening quote
+#: or bracket; or a CJK end mark and more text
+_NEXT_SENTENCE = (rf"(?:\p{{Ll}}\p{{Ll}}|\p{{Lo}}|\p{{M}}) ?[{re.escape(_FULL_STOPS)}!?]"
+                  rf"[{_CLOSERS}]*\s+[\"'“‘«(\[]*[\p{{Lu}}\p{{Lo}}]"
+                  rf"|[。！？][{_CLOSERS}]*\s*[^\s。！？{_CLOSERS}]")
 #: a side is not judged where the batch leaves more of its single sentences without an end
 #: mark than this (against a side that ends one; among the pairs no other rule rejects):
 #: 0-2.5% in Tatoeba, Multi30k, the WMT sample and most NTREX languages (Arabic 5%, Amharic
@@ -433,6 +443,20 @@ def sentence_ends_inside(src: pa.Array, tgt: pa.Array,
         rows &= _matches_on(sides[this], rows, _MARK_INSIDE)
         rows &= ~_matches_on(sides[other], rows, _MORE_AFTER_END)
         out |= _matches_on(sides[this], rows, _END_INSIDE)
+    return out
+
+
+def sentence_more(src: pa.Array, tgt: pa.Array) -> np.ndarray:
+    """Per pair, +1 where the source holds a sentence end with another sentence after it and
+    the target holds none, -1 the other way round, 0 elsewhere (int8).
+
+    Why: the next line glued onto a side, or a sentence split that went wrong, leaves that
+    side a sentence more; the align stage's ``partial_translation`` asks less of a side that
+    says more where it also holds a sentence more (``align.partial_z_sentence``). Alone it
+    says little: an abbreviation ("Mr. Smith") or a translation that splits a sentence in
+    two reads the same."""
+    more = [_matches(side, _NEXT_SENTENCE) for side in (src, tgt)]
+    out: np.ndarray = more[0].astype(np.int8) - more[1].astype(np.int8)
     return out
 
 
