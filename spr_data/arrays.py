@@ -33,6 +33,8 @@ def member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
     values = np.asarray(values)
     if len(sorted_set) == 0:
         return np.zeros(values.shape, dtype=bool)
+    if values.dtype != sorted_set.dtype:  # searchsorted would compare int64 with uint64 as
+        return np.isin(values, sorted_set)  # float64, and lose ids past 2**53
     at = np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)
     found: np.ndarray = sorted_set[at] == values
     return found

@@ -69,3 +69,5 @@ def test_member_and_unique_answer_as_numpy(values: list[int], members: list[int]
     assert np.array_equal(member(v, unique(ids)), np.isin(v, ids))
     assert np.array_equal(member(v, np.sort(ids)), np.isin(v, ids))
     assert member(v, unique(ids)).dtype == np.bool_
+    signed = np.array([min(x, 2**63 - 1) for x in members], dtype=np.int64)
+    assert np.array_equal(member(v, unique(signed)), np.isin(v, signed))
