@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 import unicodedata
 
 import numpy as np
@@ -79,6 +80,23 @@ def _nfc(texts: pa.Array) -> pa.Array:
     return pc.replace_with_mask(texts, pa.array(mask), fixed)
 
 
+_ESCAPED_TWICE = re.compile("&amp;" + _ENTITY[1:])
+
+
+def _unescaped(text: str) -> str:
+    """HTML entities → characters, and again where the text was escaped twice or three times
+    (``&amp;apos;``, ``&amp;amp;quot;``: a crawl that escaped escaped text).
+
+    Why: unescaped once, ``&apos;`` is left, and the ``html`` rule rejected 385 of the 663
+    rows of the WMT sample so written (real translations; escaped once, none)."""
+    for _ in range(3):
+        again = _ESCAPED_TWICE.search(text) is not None
+        text = html.unescape(text)
+        if not again:
+            break
+    return text
+
+
 def normalize_text(texts: pa.Array, config: NormalizeConfig) -> pa.Array:
     """HTML entities → characters, NFC, invisible characters out, whitespace collapsed."""
     out = texts
@@ -87,7 +105,7 @@ def normalize_text(texts: pa.Array, config: NormalizeConfig) -> pa.Array:
         if pc.any(has_entity).as_py():  # only the rows with an entity go through Python
             mask = has_entity.to_numpy(zero_copy_only=False)
             rows = pa.array(np.flatnonzero(mask))
-            fixed = pa.array([html.unescape(v) for v in out.take(rows).to_pylist()], pa.string())
+            fixed = pa.array([_unescaped(v) for v in out.take(rows).to_pylist()], pa.string())
             out = pc.replace_with_mask(out.cast(pa.string()), pa.array(mask), fixed)
     if config.nfc:
         out = _nfc(out)
