@@ -704,6 +704,7 @@ class AlignStage:
         # pairs taken as shifted lines up to 429 of 8,000)
         whole_model = shift and aligner.options.leave_one_out
         says_more = info.get("partial_translation")
+        z_sentence = 0.0 if says_more is None else says_more.get("z_sentence", 0.0)
         distance_parts: list[np.ndarray] = []  # PartialFit.u per row (NaN: not scored)
         # the pairs sentence_more can decide (past z_sentence): their row in the unit and
         # texts, read once for the unit (its regex takes ~4 ms to compile at each call)
@@ -735,7 +736,6 @@ class AlignStage:
                 if alive.size:
                     distance[alive] = self._distance(says_more, src_alive, tgt_alive,
                                                      scored[1:, alive], seen[alive])
-                    z_sentence = says_more.get("z_sentence", 0.0)
                     near = np.flatnonzero(np.abs(np.nan_to_num(distance[alive])) > z_sentence)
                     if z_sentence > 0.0 and near.size:
                         picked = pa.array(near)
@@ -769,14 +769,13 @@ class AlignStage:
         if says_more is not None:
             distance = joined(distance_parts, np.float64)
             past = np.abs(np.nan_to_num(distance)) > says_more["z"]
-            z_sentence = says_more.get("z_sentence", 0.0)
             # (a dataset cleaned before reads the nearer of two fits, ``either``: a row kept
             # then could go now only if the fits' centres lay some 5 spreads apart)
-            if z_sentence > 0.0 and candidates:  # the side that says more: a sentence more
-                rows = joined([c[0] for c in candidates], np.int64)
+            if candidates:  # the side that says more: a sentence more too
+                near_rows = joined([c[0] for c in candidates], np.int64)
                 more = sentence_more(pa.concat_arrays([c[1] for c in candidates]),
                                      pa.concat_arrays([c[2] for c in candidates]))
-                past[rows] |= more * np.nan_to_num(distance[rows]) > z_sentence
+                past[near_rows] |= more * np.nan_to_num(distance[near_rows]) > z_sentence
             one_sided = past & ~low_alignment
         out = StageOutput(columns={
             ALIGN_SCORE: pa.array(scores, mask=unscored),

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spr_data.qa.scripts import byte_flags, utf8_bytes
+from spr_data.qa.scripts import byte_flags, utf8_bytes, with_rows
 from spr_data.qa.stage import StageOutput
 from spr_data.recipe import NormalizeConfig
 
@@ -74,10 +74,7 @@ def _nfc(texts: pa.Array) -> pa.Array:
             if not unicodedata.is_normalized("NFC", v)]
     if not todo:
         return texts
-    fixed = pc.utf8_normalize(texts.take(pa.array(todo)), form="NFC")
-    mask = np.zeros(len(texts), dtype=bool)
-    mask[todo] = True
-    return pc.replace_with_mask(texts, pa.array(mask), fixed)
+    return with_rows(texts, todo, pc.utf8_normalize(texts.take(pa.array(todo)), form="NFC"))
 
 
 _ESCAPED_TWICE = re.compile("&amp;" + _ENTITY[1:])
@@ -123,9 +120,7 @@ def normalize_text(texts: pa.Array, config: NormalizeConfig) -> pa.Array:
                 fixed = pc.replace_substring_regex(fixed, INVISIBLE, "")
             if config.collapse_whitespace:
                 fixed = pc.replace_substring_regex(fixed, WHITESPACE, " ")
-            mask = np.zeros(len(out), dtype=bool)
-            mask[rows] = True
-            out = pc.replace_with_mask(out, pa.array(mask), fixed)
+            out = with_rows(out, rows, fixed)
     if config.collapse_whitespace:
         out = pc.utf8_trim(pc.utf8_trim_whitespace(out), " ")
     return out

@@ -65,6 +65,7 @@ __all__ = [
     "scripts_of",
     "utf8_bytes",
     "visible_counts",
+    "with_rows",
 ]
 
 IntArray = npt.NDArray[np.int64]
@@ -270,6 +271,15 @@ def _decode(texts: pa.Array) -> tuple[npt.NDArray[Any], IntArray]:
         cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
     counts = np.asarray(pc.utf8_length(texts).to_numpy(), dtype=np.int64)
     return cps, counts
+
+
+def with_rows(texts: pa.Array, rows: npt.ArrayLike, values: pa.Array) -> pa.Array:
+    """``texts`` with the rows at ``rows`` (ascending) replaced by ``values``, in order: the
+    stages rewrite only the few rows that need it."""
+    mask = np.zeros(len(texts), dtype=bool)
+    mask[np.asarray(rows, dtype=np.int64)] = True
+    out: pa.Array = pc.replace_with_mask(texts, pa.array(mask), values)
+    return out
 
 
 def utf8_bytes(texts: pa.Array | pa.ChunkedArray) -> tuple[npt.NDArray[np.uint8], IntArray]:
