@@ -103,7 +103,8 @@ class SideRules:
     max_chars: int = _key(1000, 1)
     min_words: int = _key(1, 0)
     max_words: int = _key(250, 1)
-    #: letters and digits over visible characters: below it, a side is a symbol pile (junk)
+    #: letters and digits over visible characters (quotes or brackets around the whole side
+    #: not counted): below it, a side is a symbol pile (junk)
     min_letter_share: float = _key(0.5, 0.0, 1.0, why=_SHARE)
     #: letters of the side's expected script(s) over all its letters, a dense-script
     #: character counting as several Latin letters (script mismatch)

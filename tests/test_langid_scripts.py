@@ -215,6 +215,25 @@ def test_common_letters_of_no_language_count_against_the_script():
     assert ja.columns["tgt_script_share"].to_numpy()[0] == 1.0
 
 
+def test_short_sentences_in_quotes_are_not_symbol_piles(corpora: Path):
+    """Quotes around a whole side, or a bullet before it, are not counted against its
+    letters: Tatoeba's shortest pairs, each side in its language's quotes or after a dash,
+    pass the letter share as they do bare (``“谁？”`` was one letter of four, ``- 滚。`` one
+    of three); a pile of symbols in quotes is still junk."""
+    short = [(s, t) for s, t in _cmn(corpora) if len(t) <= 4 and len(s) <= 8]
+    assert len(short) >= 50
+    bare = _rules([s for s, _ in short], [t for _, t in short], ["en", "zh"])
+    quoted = _rules([f'"{s}"' for s, _ in short], [f"“{t}”" for _, t in short], ["en", "zh"])
+    for side in ("src", "tgt"):
+        assert not dict(quoted.rejects)[f"junk_{side}"].any(), side
+        assert not dict(bare.rejects)[f"junk_{side}"].any(), side
+    bulleted = _rules([f"- {s}" for s, _ in short], [f"- {t}" for _, t in short], ["en", "zh"])
+    assert not dict(bulleted.rejects)["junk_tgt"].any()
+    piles = ['"!!!"', "“★★★ ★★”", "(((x)))!!?", "« ?! »", '"@@ ##"', "- - ★ x ★"]
+    out = _rules(["Hello there."] * len(piles), piles, ["en", "de"])
+    assert dict(out.rejects)["junk_tgt"].all()
+
+
 def test_a_target_cut_to_a_quarter_is_caught_and_real_pairs_are_not(corpora: Path):
     rng = random.Random(5)
     pairs = rng.sample(_cmn(corpora), 6000)
@@ -479,10 +498,16 @@ def _penn(text: str) -> str:
 
 def test_english_in_capitals_or_tokenized_is_still_english(corpora: Path):
     """A side in capitals alone, or tokenized with its clitics split off ("Don 't touch these
-    .", "I do n't"), is asked about as written in both cases and untokenized: fastText learnt
-    from such text, and took 2-7% of the real English sides so written for another language."""
+    .", "I do n't"), or numbered as an item of a list ("13) Get lost!"), is asked about as
+    written in both cases, untokenized and without the number: fastText learnt from such
+    text, and took 2-7% of the real English sides so written for another language."""
     english = [s for s, _ in _cmn(corpora)[::5] if "'" in s][:2000]
     chinese = ["我被烦死了。"] * len(english)
+    short = [s for s, _ in _cmn(corpora)[:3000]]
+    numbered = [f"{i % 30 + 1}{') ' if i % 2 else '. '}{s}" for i, s in enumerate(short)]
+    before = _langid(short, ["我被烦死了。"] * len(short), ["en", "zh"])
+    after = _langid(numbered, ["我被烦死了。"] * len(short), ["en", "zh"])
+    assert (after["rejects"]["wrong_lang_src"] == before["rejects"]["wrong_lang_src"]).all()
     for written in (english, [s.upper() for s in english], [_moses(s) for s in english],
                     [_penn(s) for s in english]):
         out = _langid(written, chinese, ["en", "zh"])

@@ -67,6 +67,29 @@ def _np(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.asarray(arr.to_numpy(zero_copy_only=False))
 
 
+#: quotes or brackets that open or close a whole side (``“谁？”``, ``"Go."``, ``(Laughs)``),
+#: and a bullet or dash before it (``- 滚。``)
+_WRAPPING = r"^(?:[\p{Pi}\p{Pf}\p{Ps}\"'•·*\-–—]\s*)+|[\p{Pi}\p{Pf}\p{Pe}\"']+$"
+
+
+def _letter_share(texts: pa.Array, prof: TextProfile, floor: float) -> np.ndarray:
+    """Letters and digits over visible characters, the quotes or brackets around a whole side
+    not counted where the share is under ``floor``. Why: a short sentence in quotes is no
+    symbol pile; counted, ``“谁？”`` is one letter of four and ``"Go."`` two of five, and
+    quoting both sides of 4,000 real Tatoeba eng-cmn pairs sent 18 to ``junk_tgt``. Only
+    rows under ``floor`` with a letter or digit are read again: the rest cannot change."""
+    content = prof.letters + prof.digits
+    visible = np.maximum(prof.chars - prof.spaces, 1)
+    share: np.ndarray = content / visible
+    low = np.flatnonzero((share < floor) & (content > 0))
+    if low.size:
+        stripped = pc.replace_substring_regex(pc.utf8_trim_whitespace(texts.take(pa.array(low))),
+                                              _WRAPPING, "")
+        inside = profile(stripped)
+        share[low] = content[low] / np.maximum(inside.chars - inside.spaces, 1)
+    return share
+
+
 #: Common-script letters that live inside one script's words: the kana prolonged-sound and
 #: iteration marks (コーヒー, 〆), the Arabic tatweel, the Vedic signs of Indic scripts. Other
 #: Common letters (modifier letters ˆ ˇ ʼ, mathematical 𝐀, ℓ) are no language's letters: they
@@ -884,8 +907,7 @@ class RulesStage:
             share = own / np.maximum(own + prof.letters - own / weight, 1e-9)
         else:
             share = np.ones(len(texts))
-        visible = np.maximum(prof.chars - prof.spaces, 1)
-        letter_share = (prof.letters + prof.digits) / visible
+        letter_share = _letter_share(texts, prof, self._side_config(i).min_letter_share)
         rejects = self._side_rejects(texts, prof, share, letter_share, self.sides[i],
                                      self._side_config(i), scripts is not None)
         return ((share, letter_share), rejects, _length_units(texts, self.langs[i], prof),
