@@ -2196,7 +2196,8 @@ class Calibration:
     p_translation: tuple[float, ...]
     corpus_histogram: tuple[int, ...]
     negatives_histogram: tuple[int, ...]
-    #: the lower estimate (``mixture`` negatives alone), from which ``real_rejected`` comes
+    #: the lower estimate (``mixture`` negatives alone), from which ``real_rejected`` comes;
+    #: where the real pairs' tail capped the threshold, what that tail implies, if lower
     misaligned_share_low: float = 0.0
 
     def p_of(self, scores: NDArray[Any]) -> F32:
@@ -2360,11 +2361,18 @@ def calibrate(corpus: NDArray[Any], negatives: NDArray[Any], *, negative_recall:
     threshold = min(threshold, _crossing(posterior, min_p_translation))
     # and no higher than where real pairs, read off the corpus above the negatives, would
     # lose max_real_reject: the mixture's bound is loose where they overlap
-    tail = _RealTail.of(fin, float(np.quantile(neg, _REAL_TAIL_FROM)))
-    if tail is not None:
-        threshold = min(threshold, tail.quantile(max_real_reject))
+    cut = float(np.quantile(neg, _REAL_TAIL_FROM))
+    tail = _RealTail.of(fin, cut)
+    share_low = share
+    if tail is not None and tail.quantile(max_real_reject) < threshold:
+        threshold = tail.quantile(max_real_reject)
+        # and the share reaches down to what the tail implies: the corpus above the cut is
+        # the real pairs' share above it
+        real_pairs = (fin.size - np.searchsorted(fin, cut, side="right")) / max(
+            1.0 - tail.below(cut), 1e-9)
+        share_low = min(share, max(0.0, 1.0 - real_pairs / fin.size))
     return Calibration(
-        threshold=threshold, misaligned_share=share_high, misaligned_share_low=share,
+        threshold=threshold, misaligned_share=share_high, misaligned_share_low=share_low,
         negatives_rejected=below(neg, threshold),
         real_rejected=max(real_rejected(threshold),
                           0.0 if tail is None else round(tail.below(threshold), 9)),
