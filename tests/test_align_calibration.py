@@ -258,6 +258,27 @@ def test_real_pairs_read_off_the_corpus_above_the_negatives_cap_the_threshold():
     # test_calibration_holds_at_any_junk_share, the quality sweep byte for byte)
 
 
+def test_the_real_pairs_tail_is_a_normal_fitted_above_the_cut():
+    """The fit is the truncated normal's maximum likelihood: a normal cut at its mean or a
+    spread below is found again; too few scores above the cut, or none spread, give no fit,
+    and a calibration without one decides as before (no error)."""
+    from spr_data.qa.align import _RealTail
+
+    rng = np.random.default_rng(8)
+    scores = np.sort(rng.normal(-2.0, 0.5, 20_000))
+    for cut in (-2.5, -2.0):
+        tail = _RealTail.of(scores, cut)
+        assert tail is not None
+        assert abs(tail.mean + 2.0) < 0.05 and abs(tail.sd - 0.5) < 0.03
+        assert tail.below(tail.quantile(0.02)) == pytest.approx(0.02)
+    assert _RealTail.of(scores, float(scores[-50])) is None  # 49 scores above the cut
+    assert _RealTail.of(np.full(500, -1.0), -2.0) is None
+    flat = np.r_[-1.0 + 1e-8 * rng.normal(0, 1, 500), rng.normal(-3.5, 0.1, 100)]
+    cal = calibrate(flat, rng.normal(-3.0, 0.2, 1000), negative_recall=0.98,
+                    max_real_reject=0.02)
+    assert np.isfinite(cal.threshold) and np.mean(flat[:500] < cal.threshold) == 0
+
+
 def test_negatives_scored_as_the_corpus_junk_estimate_its_share_and_the_real_loss():
     """Negatives that score lower than the corpus' junk (the model learnt the junk's words
     from that pair alone) make its share look small, and the rest of it look like real pairs

@@ -229,7 +229,8 @@ def test_short_sentences_in_quotes_are_not_symbol_piles(corpora: Path):
         assert not dict(bare.rejects)[f"junk_{side}"].any(), side
     bulleted = _rules([f"- {s}" for s, _ in short], [f"- {t}" for _, t in short], ["en", "zh"])
     assert not dict(bulleted.rejects)["junk_tgt"].any()
-    piles = ['"!!!"', "“★★★ ★★”", "(((x)))!!?", "« ?! »", '"@@ ##"', "- - ★ x ★"]
+    piles = ['"!!!"', "“★★★ ★★”", "(((x)))!!?", "« ?! »", '"@@ ##"', "- - ★ x ★",
+             "((((((((((a))))))))))", "----------- a", "***** 5", "«««««««« x »»»»»»»»"]
     out = _rules(["Hello there."] * len(piles), piles, ["en", "de"])
     assert dict(out.rejects)["junk_tgt"].all()
 

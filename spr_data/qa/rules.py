@@ -68,8 +68,9 @@ def _np(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 
 #: quotes or brackets that open or close a whole side (``“谁？”``, ``"Go."``, ``(Laughs)``),
-#: and a bullet or dash before it (``- 滚。``)
-_WRAPPING = r"^(?:[\p{Pi}\p{Pf}\p{Ps}\"'•·*\-–—]\s*)+|[\p{Pi}\p{Pf}\p{Pe}\"']+$"
+#: and a bullet or dash before it (``- 滚。``): up to three at each end, so that a run of them
+#: (``((((((a))))))``, ``----------- a``, ``***** 5``) is still a symbol pile
+_WRAPPING = r"^(?:[\p{Pi}\p{Pf}\p{Ps}\"'•·*\-–—]\s*){1,3}|[\p{Pi}\p{Pf}\p{Pe}\"']{1,3}$"
 
 
 def _letter_share(texts: pa.Array, prof: TextProfile, floor: float) -> np.ndarray:
