@@ -2363,19 +2363,22 @@ def calibrate(corpus: NDArray[Any], negatives: NDArray[Any], *, negative_recall:
     # lose max_real_reject: the mixture's bound is loose where they overlap
     cut = float(np.quantile(neg, _REAL_TAIL_FROM))
     tail = _RealTail.of(fin, cut)
-    share_low = share
-    if tail is not None and tail.quantile(max_real_reject) < threshold:
-        threshold = tail.quantile(max_real_reject)
-        # and the share reaches down to what the tail implies: the corpus above the cut is
-        # the real pairs' share above it
-        real_pairs = (fin.size - np.searchsorted(fin, cut, side="right")) / max(
-            1.0 - tail.below(cut), 1e-9)
-        share_low = min(share, max(0.0, 1.0 - real_pairs / fin.size))
+    share_low, tail_loss = share, 0.0
+    if tail is not None:
+        at_budget = tail.quantile(max_real_reject)
+        if at_budget < threshold:
+            threshold, tail_loss = at_budget, max_real_reject
+            # and the share reaches down to what the tail implies: the corpus above the cut
+            # is the real pairs' share above it
+            real_pairs = (fin.size - np.searchsorted(fin, cut, side="right")) / max(
+                1.0 - tail.below(cut), 1e-9)
+            share_low = min(share, max(0.0, 1.0 - real_pairs / fin.size))
+        else:
+            tail_loss = tail.below(threshold)
     return Calibration(
         threshold=threshold, misaligned_share=share_high, misaligned_share_low=share_low,
         negatives_rejected=below(neg, threshold),
-        real_rejected=max(real_rejected(threshold),
-                          0.0 if tail is None else round(tail.below(threshold), 9)),
+        real_rejected=max(real_rejected(threshold), tail_loss),
         p_translation=posterior,
         corpus_histogram=corpus_hist, negatives_histogram=neg_hist)
 

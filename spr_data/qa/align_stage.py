@@ -736,8 +736,9 @@ class AlignStage:
                 if alive.size:
                     distance[alive] = self._distance(says_more, src_alive, tgt_alive,
                                                      scored[1:, alive], seen[alive])
-                    near = np.flatnonzero(np.abs(np.nan_to_num(distance[alive])) > z_sentence)
-                    if z_sentence > 0.0 and near.size:
+                    near = (np.flatnonzero(np.abs(np.nan_to_num(distance[alive])) > z_sentence)
+                            if z_sentence > 0.0 else alive[:0])
+                    if near.size:
                         picked = pa.array(near)
                         candidates.append((start + alive[near], src_alive.take(picked),
                                            tgt_alive.take(picked)))

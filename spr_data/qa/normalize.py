@@ -100,10 +100,10 @@ def normalize_text(texts: pa.Array, config: NormalizeConfig) -> pa.Array:
     if config.html_unescape:
         has_entity = pc.match_substring_regex(out, _ENTITY).fill_null(False)
         if pc.any(has_entity).as_py():  # only the rows with an entity go through Python
-            mask = has_entity.to_numpy(zero_copy_only=False)
-            rows = pa.array(np.flatnonzero(mask))
-            fixed = pa.array([_unescaped(v) for v in out.take(rows).to_pylist()], pa.string())
-            out = pc.replace_with_mask(out.cast(pa.string()), pa.array(mask), fixed)
+            rows = np.flatnonzero(has_entity.to_numpy(zero_copy_only=False))
+            fixed = pa.array([_unescaped(v) for v in out.take(pa.array(rows)).to_pylist()],
+                             pa.string())
+            out = with_rows(out.cast(pa.string()), rows, fixed)
     if config.nfc:
         out = _nfc(out)
     wanted = [p for p, on in ((INVISIBLE, config.strip_invisible),
