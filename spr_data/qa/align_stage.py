@@ -745,7 +745,7 @@ class AlignStage:
                 distance_parts.append(distance)
             if shift and alive.size:
                 links.add(src_alive, tgt_alive,
-                          _p_values(scores[alive], seen[alive], info) < _SURE)
+                          _p_values(scores[alive], seen[alive], info) < _SURE, start + alive)
             if whole_model:  # an unseen row's score is the whole model's already
                 whole = scores.copy()
                 again = np.flatnonzero(seen[alive])
@@ -860,22 +860,30 @@ class _CrossLinks:
 
     A link joins a row to the row before it (among those rows, in file order, whichever slice
     it is in); it is scored where either row is unsure (below ``_SURE``): measured at 1M pairs
-    with 5% junk, the decide step 47 -> 22 s, the same decisions on every quality mix. The
-    last row of a slice is carried (copied: the slice can go) to the next."""
+    with 5% junk, the decide step 47 -> 22 s, the same decisions on every quality mix. Only
+    rows next to each other in the file are linked: where an earlier stage rejected the rows
+    between two, their cross pairs are no neighbours' lines (no link, which a run bridges as
+    a gap; a rejected row's lines scored as links cost the decide step 35% at 1M pairs,
+    docs/quality.md, *Shifted lines next to rejected rows*). The last row of a slice is
+    carried (copied: the slice can go) to the next."""
 
     def __init__(self, aligner: LexicalAligner) -> None:
         self.aligner = aligner
         self.rows = 0
         self._carry: tuple[pa.Array, pa.Array, bool] | None = None
+        self._last_row = -2  # the unit row of the last alive row added (none yet)
         self._at: list[np.ndarray] = []
         self._down: list[np.ndarray] = []
         self._up: list[np.ndarray] = []
 
-    def add(self, src: pa.Array, tgt: pa.Array, unsure: np.ndarray) -> None:
-        """The next alive rows of the unit (a slice's, in file order), and whether each is
-        unsure."""
+    def add(self, src: pa.Array, tgt: pa.Array, unsure: np.ndarray, rows: np.ndarray) -> None:
+        """The next alive rows of the unit (a slice's, in file order), whether each is
+        unsure, and their rows in the unit."""
         if len(src) == 0:
             return
+        # each row's link is scored only where the row before it in the file is alive too
+        next_to = np.diff(rows, prepend=self._last_row) == 1
+        self._last_row = int(rows[-1])
         count = len(src)
         first = self.rows  # this slice's first row among all the unit's alive rows
         if self._carry is not None:  # the row before this slice's first
@@ -886,7 +894,8 @@ class _CrossLinks:
         last = pa.array([len(src) - 1])
         self._carry = (src.take(last), tgt.take(last), bool(unsure[-1]))
         self.rows += count
-        here = np.flatnonzero(unsure[1:] | unsure[:-1]) + 1
+        next_to = next_to[-(len(unsure) - 1):] if len(unsure) > 1 else next_to[:0]
+        here = np.flatnonzero((unsure[1:] | unsure[:-1]) & next_to) + 1
         if here.size == 0:
             return
         at, before = pa.array(here), pa.array(here - 1)
