@@ -145,7 +145,8 @@ def test_rows_a_rejected_row_separates_are_not_neighbours(corpora: Path):
     links = _CrossLinks(LexicalAligner.train(src, tgt, AlignerOptions("en", "de")))
     alive = np.array([0, 1, 3, 4, 5, 9, 10])  # rows 2 and 6-8 were rejected
     unsure = np.ones(alive.size, dtype=bool)
-    for part in (slice(0, 4), slice(4, None)):  # two slices: 0 1 3 4 | 5 9 10
+    # three slices, 0 1 3 | 4 5 | 9 10: a link across one, and a gap across another
+    for part in (slice(0, 3), slice(3, 5), slice(5, None)):
         rows = alive[part]
         links.add(src.take(pa.array(rows)), tgt.take(pa.array(rows)), unsure[part], rows)
     down, up = links.scores()

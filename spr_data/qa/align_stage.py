@@ -870,8 +870,7 @@ class _CrossLinks:
     def __init__(self, aligner: LexicalAligner) -> None:
         self.aligner = aligner
         self.rows = 0
-        self._carry: tuple[pa.Array, pa.Array, bool] | None = None
-        self._last_row = -2  # the unit row of the last alive row added (none yet)
+        self._carry: tuple[pa.Array, pa.Array, bool, int] | None = None
         self._at: list[np.ndarray] = []
         self._down: list[np.ndarray] = []
         self._up: list[np.ndarray] = []
@@ -881,20 +880,18 @@ class _CrossLinks:
         unsure, and their rows in the unit."""
         if len(src) == 0:
             return
-        # each row's link is scored only where the row before it in the file is alive too
-        next_to = np.diff(rows, prepend=self._last_row) == 1
-        self._last_row = int(rows[-1])
         count = len(src)
         first = self.rows  # this slice's first row among all the unit's alive rows
         if self._carry is not None:  # the row before this slice's first
             src = pa.concat_arrays([self._carry[0], src])
             tgt = pa.concat_arrays([self._carry[1], tgt])
             unsure = np.r_[self._carry[2], unsure]
+            rows = np.r_[self._carry[3], rows]
             first -= 1
         last = pa.array([len(src) - 1])
-        self._carry = (src.take(last), tgt.take(last), bool(unsure[-1]))
+        self._carry = (src.take(last), tgt.take(last), bool(unsure[-1]), int(rows[-1]))
         self.rows += count
-        next_to = next_to[-(len(unsure) - 1):] if len(unsure) > 1 else next_to[:0]
+        next_to = np.diff(rows) == 1  # the row before it in the file is alive too
         here = np.flatnonzero((unsure[1:] | unsure[:-1]) & next_to) + 1
         if here.size == 0:
             return
