@@ -66,6 +66,24 @@ SAME = [
     ("more than 16,000 people were evacuated", "1 万 6 千人が避難した"),  # myriad, then 千
     ("£120 million a year", "연간 1억 2천만 파운드"),  # myriad, then 천 and a myriad
     ("350 million yen", "3億5千万円"),
+    # lakhs and crores, and million in other languages' words (NTREX: stop 49)
+    ("more than $37 billion", "3700 कोटी डॉलर्स"),
+    ("his 142 million followers", "੧੪੨੦ ਲੱਖ ਚਹੇਤੇਆਂ"),  # Gurmukhi digits and lakh
+    ("1.05 million at CNN", "CNN मा 10.5 लाख"),
+    ("19 million", "1.9 \u0915\u0930\u094b\u095c"),  # crore with ड़ in one code point
+    ("19 million", "1.9 करोड़"),  # and in two (NFC)
+    ("142 million", "14.2 કરોડ"),
+    ("10 million people", "10 triệu người"),
+    ("2.5 billion", "2,5 milyar"),
+    ("5 million", "5 מיליון"),
+    ("5 million baht", "5ล้านบาท"),  # Thai writes no space after it
+    # conversions written to a hundredth, cut to a unit, or a difference of degrees
+    ("2 inches", "5,08 см"),
+    ("winds of 85 mph", "Winde von 136 km/h"),
+    ("10 degrees above average", "6 Grad über dem Durchschnitt"),
+    # the afternoon a space before the hour, and Thai years of the Buddhist era
+    ("at about 19:30 BST", "오후 7시 30분경에"),
+    ("in 2018", "ในปี พ.ศ. 2561"),
     # Microtopia (microblogs): headline abbreviations
     ("Less than 35k lions remain", "只有3万5千只野生狮子了"),
     ("a personal fortune of $1b", "拥有10亿美金"),
@@ -85,6 +103,8 @@ DIFFERENT = [
     ("Less than 35k lions remain", "只有3万6千只野生狮子了"),
     ("a personal fortune of $1b", "拥有20亿美金"),
     ("350 million yen", "3億6千万円"),
+    ("£120 million a year", "प्रति वर्ष £1.2 करोड"),  # NTREX Nepali's slip: 12 million
+    ("It is 3 miles away", "Es ist 4 km entfernt"),  # 4.8 km: to 5, not cut to 4
 ]
 
 
@@ -112,6 +132,38 @@ def test_a_side_without_digits_is_no_mismatch():
     assert numbers_match("Page 7", "Seite sieben")
     assert numbers_match("35 students", "三十六个学生")  # words alone are never required
     assert read_numbers("no digits here") is None
+
+
+def _ntrex(corpora: Path, lang: str) -> list[str]:
+    path = corpora / f"multiparallel/ntrex128/newstest2019-{lang}.txt.gz"
+    return gzip.decompress(path.read_bytes()).decode("utf-8").splitlines()
+
+
+#: 0-based NTREX lines whose numbers the rule before stop 49 read as a mismatch: lakhs and
+#: crores (Marathi, Nepali, Punjabi, Gujarati), Thai years of the Buddhist era, US units
+#: converted to a hundredth or cut to a unit (German, Ukrainian), 오후 a space before the hour
+NTREX_SAME = {"mar": (978, 979, 983, 1339, 1344, 1514), "nep": (1481, 1482, 1514, 1931, 1955),
+              "pan": (1258, 1273, 1339, 1344, 1481, 1482, 1514), "guj": (1258,),
+              "tha": (653, 665, 670), "deu": (201, 223, 368), "ukr": (206, 363, 372),
+              "kor": (299,)}
+#: and lines whose numbers really differ: a crore for ten (Nepali: £120 million as 1.2
+#: crore), 29 September as the 20th, 1968 as 21968 (Marathi), 385 miles as 360 km (Russian)
+NTREX_DIFFERENT = {"nep": (1339, 1344), "mar": (254, 464), "rus": (201,)}
+
+
+@pytest.mark.parametrize("lang", sorted(NTREX_SAME))
+def test_real_ntrex_pairs_that_write_numbers_their_own_way(corpora: Path, lang: str):
+    english, other = _ntrex(corpora, "src.eng"), _ntrex(corpora, f"ref.{lang}")
+    for i in NTREX_SAME[lang]:
+        assert numbers_match(english[i], other[i]), (i, english[i], other[i])
+
+
+def test_real_ntrex_pairs_whose_numbers_differ(corpora: Path):
+    english = _ntrex(corpora, "src.eng")
+    for lang, lines in NTREX_DIFFERENT.items():
+        other = _ntrex(corpora, f"ref.{lang}")
+        for i in lines:
+            assert not numbers_match(english[i], other[i]), (lang, i, english[i], other[i])
 
 
 def _wmt(corpora: Path) -> list[tuple[str, str]]:

@@ -8,15 +8,18 @@ recipe. So the loader refuses them, naming the key, the value and what is allowe
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from spr_data import InputError, ingest
+from spr_data.qa.rules import RulesStage
 from spr_data.recipe import (
     AlignConfig,
     Recipe,
@@ -141,6 +144,37 @@ def test_the_built_in_recipe_loads_and_is_valid_json(langs: list[str], kind: str
     recipe = load_recipe(None, langs, kind)
     assert recipe == default_recipe(langs, kind)
     json.dumps(recipe.to_json(), allow_nan=False)
+
+
+@pytest.mark.parametrize("lang,chars,words", [
+    ("zh", 400, 400), ("ja", 400, 400), ("ko", 400, 400), ("yue", 400, 400),
+    ("th", 1000, 1000), ("lo", 1000, 1000), ("km", 1000, 1000), ("my", 1000, 1000),
+    ("bo", 1000, 1000), ("tha", 1000, 1000), ("de", 1000, 250), ("ru", 1000, 250),
+])
+def test_a_sides_length_limits_follow_what_its_script_writes_per_character(
+        lang: str, chars: int, words: int):
+    """Han, kana and Hangul say in 400 characters what Latin says in 1000; Thai, Lao, Khmer,
+    Myanmar and Tibetan need as many characters as Latin, and count each letter as a word."""
+    side = default_recipe(["en", lang]).rules.tgt
+    assert (side.max_chars, side.max_words) == (chars, words)
+
+
+@pytest.mark.parametrize("lang,code", [("khm", "km"), ("mya", "my"), ("bod", "bo"),
+                                       ("lao", "lo"), ("tha", "th")])
+def test_real_news_sentences_of_unspaced_scripts_are_not_too_long(corpora: Path, lang: str,
+                                                                   code: str):
+    """NTREX's 1,997 news sentences (up to 773 characters in Myanmar): none too long for the
+    default recipe, as none of its English sources is."""
+    def lines(name: str) -> list[str]:
+        path = corpora / f"multiparallel/ntrex128/newstest2019-{name}.txt.gz"
+        return gzip.decompress(path.read_bytes()).decode("utf-8").splitlines()
+    batch = pa.record_batch({"src": pa.array(lines("src.eng")),
+                             "tgt": pa.array(lines(f"ref.{lang}"))})
+    stage = RulesStage(default_recipe(["en", code]).rules, ("src", "tgt"), ["en", code])
+    rejects = dict(stage.apply(batch).rejects)
+    assert not rejects["too_long_src"].any()
+    assert not rejects["too_long_tgt"].any(), batch.column("tgt").filter(
+        pa.array(rejects["too_long_tgt"]))[0]
 
 
 @pytest.mark.parametrize("name,langs", [

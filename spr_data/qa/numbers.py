@@ -32,7 +32,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_FLOOR, Decimal
 from functools import lru_cache
 
 __all__ = ["SideNumbers", "mismatches", "numbers_match", "read_numbers", "values_of"]
@@ -97,7 +97,68 @@ _SCALES = {
     "trn": 10**12,
     "млн": 10**6, "млрд": 10**9, "тыс": 10**3, "тысяч": 10**3, "миллионов": 10**6,
     "миллиардов": 10**9,
+    # South Asia counts in lakhs (10^5) and crores (10^7): "$37 billion" is "3700 कोटी",
+    # "142 million" "੧੪੨੦ ਲੱਖ" (NTREX Marathi, Nepali, Punjabi, Gujarati: 30 of its real pairs
+    # rejected for numbers_mismatch, most of them for a lakh or a crore)
+    "हज़ार": 10**3, "हजार": 10**3, "लाख": 10**5, "करोड़": 10**7,
+    "करोड": 10**7, "कोटी": 10**7, "कोटि": 10**7, "मिलियन": 10**6, "बिलियन": 10**9,
+    "अरब": 10**9, "ਹਜ਼ਾਰ": 10**3, "ਹਜਾਰ": 10**3, "ਲੱਖ": 10**5, "ਕਰੋੜ": 10**7,
+    "ਮਿਲੀਅਨ": 10**6, "ਬਿਲੀਅਨ": 10**9, "ਅਰਬ": 10**9, "હજાર": 10**3, "લાખ": 10**5,
+    "કરોડ": 10**7, "મિલિયન": 10**6, "બિલિયન": 10**9, "અબજ": 10**9, "মিলিয়ন": 10**6,
+    "বিলিয়ন": 10**9, "ہزار": 10**3, "لاکھ": 10**5, "کروڑ": 10**7, "ملین": 10**6,
+    "بلین": 10**9, "ارب": 10**9, "ஆயிரம்": 10**3, "லட்சம்": 10**5, "கோடி": 10**7,
+    "மில்லியன்": 10**6, "பில்லியன்": 10**9, "వేల": 10**3, "లక్ష": 10**5, "లక్షల": 10**5,
+    "కోటి": 10**7, "కోట్ల": 10**7, "మిలియన్": 10**6, "బిలియన్": 10**9, "ಸಾವಿರ": 10**3,
+    "ಲಕ್ಷ": 10**5, "ಕೋಟಿ": 10**7, "ലക്ഷം": 10**5, "കോടി": 10**7, "ଲକ୍ଷ": 10**5,
+    "କୋଟି": 10**7, "දහස": 10**3, "ලක්ෂ": 10**5, "කෝටි": 10**7, "මිලියන": 10**6,
+    "බිලියන": 10**9,
+    # million and billion in other languages' words ("10 triệu", "2,5 milyar", "5 מיליון")
+    "triệu": 10**6, "tỷ": 10**9, "tỉ": 10**9, "nghìn": 10**3, "ngàn": 10**3,
+    "juta": 10**6, "miliar": 10**9, "ribu": 10**3, "milyon": 10**6, "milyar": 10**9,
+    "millones": 10**6, "millón": 10**6, "mil millones": 10**9, "billones": 10**12,
+    "milhões": 10**6, "milhão": 10**6, "bilhões": 10**9, "bilhão": 10**9,
+    "milioni": 10**6, "milione": 10**6, "miliardi": 10**9, "miliardo": 10**9,
+    "miljoen": 10**6, "miljard": 10**9, "miljoner": 10**6, "miljarder": 10**9,
+    "millioner": 10**6, "milliarder": 10**9, "milion": 10**6, "miliony": 10**6,
+    "milionów": 10**6, "milionů": 10**6, "miliard": 10**9, "miliardy": 10**9,
+    "miliardów": 10**9, "miljoonaa": 10**6, "miljardia": 10**9, "millió": 10**6,
+    "milliárd": 10**9, "миллион": 10**6, "миллиона": 10**6, "миллиард": 10**9,
+    "миллиарда": 10**9, "тысячи": 10**3, "тысяча": 10**3, "мільйон": 10**6,
+    "мільйона": 10**6, "мільйонів": 10**6, "мільярд": 10**9, "мільярда": 10**9,
+    "мільярдів": 10**9, "тис": 10**3, "тисяч": 10**3, "тисячі": 10**3,
+    "εκατομμύρια": 10**6, "εκατομμύριο": 10**6, "εκατ": 10**6, "δισεκατομμύρια": 10**9,
+    "δισεκατομμύριο": 10**9, "δισ": 10**9, "χιλιάδες": 10**3, "מיליון": 10**6,
+    "מיליארד": 10**9, "אלף": 10**3, "مليون": 10**6, "ملايين": 10**6, "مليار": 10**9,
+    "مليارات": 10**9, "ألف": 10**3, "آلاف": 10**3, "میلیون": 10**6, "میلیارد": 10**9,
+    "هزار": 10**3, "միլիոն": 10**6, "միլիարդ": 10**9, "հազար": 10**3, "მილიონი": 10**6,
+    "მილიარდი": 10**9, "ათასი": 10**3, "ሚሊዮን": 10**6, "ቢሊዮን": 10**9, "ሺህ": 10**3,
 }
+#: scale words of scripts written without spaces: no word end follows them ("5ล้านบาท")
+_UNSPACED_SCALES = {
+    "พันล้าน": 10**9, "ล้าน": 10**6, "แสน": 10**5, "หมื่น": 10**4, "พัน": 10**3,
+    "ລ້ານ": 10**6, "ພັນ": 10**3, "ប៊ីលាន": 10**9, "លាន": 10**6, "ពាន់": 10**3,
+    "သန်း": 10**6, "သိန်း": 10**5, "ထောင်": 10**3,
+}
+_SCALES.update(_UNSPACED_SCALES)
+#: letters with a nukta that NFC leaves in two code points, but that text may hold in one
+_NUKTA_LETTERS = {"\u091c\u093c": "\u095b", "\u0921\u093c": "\u095c",
+                  "\u0a1c\u0a3c": "\u0a5b"}
+
+
+def _as_written(words: dict[str, int]) -> dict[str, int]:
+    """``words`` in each form text may hold them: NFC, NFD, nukta letters in one code point
+    ("करोड़" as U+0921 U+093C or as U+095C)."""
+    out = dict(words)
+    for word, value in words.items():
+        for form in (unicodedata.normalize("NFC", word), unicodedata.normalize("NFD", word)):
+            out[form] = value
+            for pair, single in _NUKTA_LETTERS.items():
+                out[form.replace(pair, single)] = value
+    return out
+
+
+_UNSPACED_SCALES = _as_written(_UNSPACED_SCALES)
+_SCALES = _as_written(_SCALES)
 #: scale words that count only written right after the digits ("125m", not "125 m": metres)
 _ATTACHED = {"m", "k", "b"}
 #: the East Asian myriad units: 1億2,500万 is one number, 125,000,000
@@ -120,6 +181,9 @@ _AM = re.compile(r"^\s?(?:a\.\s?m\.?|am\b|AM\b|A\.M\.)", re.IGNORECASE)
 _CN_PM = ("下午", "晚上", "傍晚", "中午", "午後", "오후")
 _DECADE = re.compile(r"^(?:'?s\b|er\b|er-|er\s?jahre|年代)", re.IGNORECASE)
 _RANGE = re.compile(r"\s?[-–—/]\s?$")
+#: years of the Buddhist era as Thailand counts them (543 before the common era's), in use
+#: from 1912 (2455) to this century's end (2643)
+_BUDDHIST_ERA = (2455, 2643)
 #: words: runs between spaces, digits and punctuation (``\w`` would cut Bengali at its vowel
 #: signs, which are marks)
 _WORD = re.compile(r"[^\s\d.,;:!?()\[\]{}\"'«»“”‘’„।|/\\–—-]+")
@@ -191,15 +255,16 @@ def _readings(group: str) -> list[list[Decimal]]:
 
 @lru_cache(maxsize=1)
 def _scale_pattern() -> re.Pattern[str]:
-    words = sorted((w for w in _SCALES if w.isascii() and w not in _ATTACHED), key=len,
-                   reverse=True)
+    words = sorted((w for w in _SCALES if len(w) > 1 and w not in _ATTACHED
+                    and w not in _UNSPACED_SCALES), key=len, reverse=True)
     han = "".join(w for w in _SCALES if len(w) == 1 and not w.isascii())
-    others = [w for w in _SCALES if not w.isascii() and len(w) > 1]
-    alternatives = "|".join(re.escape(w) for w in words + others)
+    unspaced = "|".join(re.escape(w) for w in sorted(_UNSPACED_SCALES, key=len, reverse=True))
+    alternatives = "|".join(re.escape(w) for w in words)
     attached = "|".join(re.escape(w) for w in sorted(_ATTACHED))
     # a word must end there ("3 million", not "3 mills"); a Han or Hangul multiplier needs
-    # no word end ("28억원"), and may stand a space away ("28 億元", "38 万")
-    return re.compile(rf"^(?:\s?({alternatives})(?![^\W\d_])|\s?([{han}])"
+    # no word end ("28억원"), nor does a Thai, Lao, Khmer or Burmese one, and they may stand
+    # a space away ("28 億元", "38 万")
+    return re.compile(rf"^(?:\s?({alternatives})(?![^\W\d_])|\s?([{han}]|{unspaced})"
                       rf"|({attached})(?![^\W\d_]))", re.IGNORECASE)
 
 
@@ -223,18 +288,23 @@ _FAHRENHEIT = re.compile(r"^[\s-]?(?:°\s?F\b|degrees?\b|F\b)", re.IGNORECASE)
 
 
 def _rounded(value: Decimal) -> list[Decimal]:
-    """The ways a translator rounds a converted value: to a tenth, a half, a unit, to 5 and
-    10, and to 1 or 2 significant figures (294.8 kg: 294.8, 295, 290, 300), each within 5%
-    of it (19 acres are 7.7 ha: 8, not 10)."""
-    out = {value.quantize(Decimal("0.1")), (value * 2).quantize(Decimal("1")) / 2,
-           value.quantize(Decimal("1")), (value / 5).quantize(Decimal("1")) * 5,
-           (value / 10).quantize(Decimal("1")) * 10}
+    """The ways a translator rounds a converted value: to a hundredth, a tenth, a half, to 5
+    and 10, and to 1 or 2 significant figures (294.8 kg: 294.8, 295, 290, 300), each within
+    5% of it (19 acres are 7.7 ha: 8, not 10), or cut to a unit (85 mph: 136 km/h); and to
+    the nearest unit however far that is (a difference of 10 °F: 6 °C). A hundredth: 2
+    inches are "5,08 см"."""
+    out = {value.quantize(Decimal("0.01")), value.quantize(Decimal("0.1")),
+           (value * 2).quantize(Decimal("1")) / 2, (value / 5).quantize(Decimal("1")) * 5,
+           (value / 10).quantize(Decimal("1")) * 10,
+           value.to_integral_value(rounding=ROUND_FLOOR)}
     if value >= 1:
         digits = len(str(int(value)))
         for figures in (1, 2):
             step = Decimal(10) ** max(digits - figures, 0)
             out.add((value / step).quantize(Decimal("1")) * step)
-    return sorted(v for v in out if abs(v - value) <= abs(value) / 20)
+    nearest = value.quantize(Decimal("1"))
+    return sorted({v for v in out if abs(v - value) <= abs(value) / 20}
+                  | ({nearest} if nearest >= 1 else set()))
 
 
 #: the first number of a range whose unit comes after the second ("1 to 4 inches", "2-3 ft")
@@ -254,6 +324,8 @@ def _converted(value: Decimal, after: str) -> list[list[Decimal]]:
            for factor in factors for v in _rounded(value * factor)]
     if _FAHRENHEIT.match(after):  # the other side's minus sign is not read: -10 is 10
         out += [[abs(v)] for v in _rounded((value - 32) * 5 / 9)]
+        # or a difference: "10 degrees above average" is "5,6 °C" / "6 Grad" above it
+        out += [[v] for v in _rounded(value * 5 / 9)]
     return out
 
 
@@ -335,7 +407,7 @@ def read_numbers(text: str) -> SideNumbers | None:
             if len(reading) == 1:
                 extra += _converted(reading[0], text[m.end():m.end() + 30])
         values = readings[0]
-        before = text[max(0, m.start() - 3):m.start()]
+        before = text[max(0, m.start() - 4):m.start()].rstrip()  # "오후 7시": a space apart
         pm = _PM.match(after) or any(before.endswith(w) for w in _CN_PM)
         if pm and 1 <= values[0] < 12:  # 5.30 p.m. → 17.30; 6 PM → 18
             extra.append([values[0] + 12, *values[1:]])
@@ -356,6 +428,8 @@ def read_numbers(text: str) -> SideNumbers | None:
                 extra.append([Decimal(century) + values[0]])
         if m.start() > 0 and text[m.start() - 1] == "'" and len(values) == 1 and values[0] < 100:
             extra += [[values[0] + 1900], [values[0] + 2000]]  # '80s, '08
+        if len(values) == 1 and _BUDDHIST_ERA[0] <= values[0] <= _BUDDHIST_ERA[1]:
+            extra.append([values[0] - 543])  # Thai years: พ.ศ. 2561 is 2018
         readings += extra
         item = tuple(frozenset(_canon(v) for v in r) for r in readings)
         items.append(item)
