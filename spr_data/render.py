@@ -349,12 +349,15 @@ def show_clean(report: CleanReport, out: str | Path) -> None:
         f"→ {join_location(str(out), REJECTS_DIR)}; {report.seconds:.1f} s")
     rows = []
     for stage in report.stages:
-        rows.append([stage["name"], f"{stage['rows_in']:,}", f"-{stage['removed']:,}",
+        rows.append([stage["name"], f"{stage['rows_in']:,}",
+                     f"-{stage['removed']:,}" if stage["removed"] else "0",
                      f"{stage['rows_out']:,}",
                      ", ".join(f"{r} {n:,}" for r, n in sorted(
                          stage["by_reason"].items(), key=lambda kv: -kv[1]))])
     console.out.print(console.table("waterfall", ["stage", "in", "removed", "out", "reasons"],
                                     rows))
+    for warning in report.warnings:
+        console.warn(warning)
     if report.quarantine_not_found:
         console.err.print(f"[yellow]warning:[/] {report.quarantine_not_found:,} quarantine id(s) "
                           "are not rows of this dataset (ids of another dataset?)")
@@ -440,7 +443,8 @@ def _audit_figures(name: str, check: dict[str, Any]) -> str:
 
 def _figures(name: str, check: dict[str, Any]) -> str:
     if name == "integrity":
-        return f"{check['rows']:,} rows verified in {check['shards']} shards"
+        return (f"{check['rows']:,} rows verified in {check['shards']} "
+                f"shard{'' if check['shards'] == 1 else 's'}")
     if name == "accounting":
         return " ← ".join(f"{s['stage']} {s['rows_in']:,} in = {s['kept']:,} kept + "
                           f"{s['rejected']:,} rejected" for s in check["stages"])

@@ -183,6 +183,31 @@ def test_a_dataset_without_rows_is_a_clear_error(tmp_path: Path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_dataset_of_unknown_languages_is_cleaned_with_a_warning(corpora: Path,
+                                                                  tmp_path: Path):
+    """Files whose names give no language make an und-und dataset: the rules' script checks
+    and language id have nothing to check a side against, which the run says (report.json and
+    stderr); the same files ingested with --langs give no such warning."""
+    import gzip
+    for name, lang in (("a.txt", "en"), ("b.txt", "de")):
+        (tmp_path / name).write_bytes(gzip.decompress(
+            (corpora / f"parallel/multi30k/val.{lang}.gz").read_bytes()))
+    files = [tmp_path / "a.txt", tmp_path / "b.txt"]
+    ingest(files, tmp_path / "und", format="moses")
+    ingest(files, tmp_path / "en-de", format="moses", langs=["en", "de"])
+    recipe = recipe_file(tmp_path, NO_ALIGN)
+    result = run_cli("clean", tmp_path / "und", "--out", tmp_path / "out", "--recipe", recipe,
+                     "--workers", "1")
+    assert result.exit_code == 0, result.stderr
+    said = ("the dataset's languages are und-und: rules and langid checked no side against a "
+            "language or script")
+    assert said in " ".join(result.stderr.split())
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert len(report["warnings"]) == 1 and report["warnings"][0].startswith(said)
+    known = clean(tmp_path / "en-de", tmp_path / "out2", recipe=recipe, workers=1)
+    assert known.warnings == []
+
+
 def test_a_cleaned_dataset_can_be_cleaned_again(multi30k: Path, tmp_path: Path):
     """Its score columns (alignment score included) are computed afresh, not doubled."""
     first = clean(multi30k, tmp_path / "once", workers=1)

@@ -111,10 +111,12 @@ def test_ingest_refuses_a_dataset_most_of_whose_records_one_reason_rejects(tmp_p
     assert ingest([tsv], tmp_path / "small", columns=["0", "2"]).rows == 3
 
 
-def test_too_few_pairs_for_align_after_a_wrong_language_says_so(corpora: Path,
-                                                                tmp_path: Path):
-    """Swapped sides: the rules take nearly every row before align, whose error says so
-    instead of only 'a corpus this small'."""
+def test_too_few_pairs_for_align_after_a_wrong_language_names_the_reason(corpora: Path,
+                                                                         tmp_path: Path):
+    """Swapped sides: language id takes nearly every row before align, which then cannot
+    train. The refusal names that reason, its share and sample rows, as when align runs (exit
+    1), not align's 'a corpus this small'; allowed the loss, align's own error says how few
+    rows reached it."""
     import gzip
     sides = []
     for name, lang in (("a.txt", "de"), ("b.txt", "en")):  # names that say no language
@@ -122,8 +124,15 @@ def test_too_few_pairs_for_align_after_a_wrong_language_says_so(corpora: Path,
         sides[-1].write_bytes(gzip.decompress(
             (corpora / f"parallel/multi30k/val.{lang}.gz").read_bytes()))
     ingest(sides, tmp_path / "ds", format="moses", langs=["en", "de"])
-    with pytest.raises(InputError) as caught:
+    with pytest.raises(DataLossError) as refused:
         clean(tmp_path / "ds", tmp_path / "out", workers=1)
+    message = str(refused.value)
+    assert "clean stopped at the align stage: swapped_sides rejects" in message, message
+    assert "of 1,014 rows" in message and "(lid_src de, lid_tgt en)" in message
+    assert "could not run on the" in message and "rows left" in message
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    with pytest.raises(InputError) as caught:
+        clean(tmp_path / "ds", tmp_path / "out", workers=1, allow_heavy_loss=True)
     assert "rows passed the stages before align" in str(caught.value)
     assert "of the 1,014 rows" in str(caught.value)
 

@@ -161,6 +161,40 @@ def test_langs_a_file_name_allows_are_accepted(tmp_path: Path, names: tuple[str,
     assert ingest(files, tmp_path / "ds", langs=langs).langs == langs
 
 
+def test_a_moses_pair_named_apart_gives_its_languages(corpora: Path, tmp_path: Path):
+    """NTREX's files: other stems (src, ref), a .txt before .gz. As a Moses pair, each name's
+    code labels its side, and --langs they contradict is refused (swapped, or another
+    language); read as text files (no --format), a pair asked for by --langs is refused with
+    the option that reads them as one."""
+    folder = corpora / "multiparallel/ntrex128"
+    files = [folder / "newstest2019-src.eng.txt.gz", folder / "newstest2019-ref.rus.txt.gz"]
+    summary = ingest(files, tmp_path / "ds", format="moses")
+    assert summary.langs == ["eng", "rus"] and summary.rows == 1997
+    with pytest.raises(InputError, match=r"contradicts the file names: \S*src\.eng\.txt\.gz "
+                                         r"\(the source\) says eng"):
+        ingest(files, tmp_path / "swapped", format="moses", langs=["ru", "en"])
+    with pytest.raises(InputError, match=r"ref\.rus\.txt\.gz says rus for the target, not de"):
+        ingest(files, tmp_path / "other", format="moses", langs=["en", "de"])
+    with pytest.raises(InputError, match=r"read as text files, a mono corpus; for the two "
+                                         r"line-aligned files of a pair, pass --format moses"):
+        ingest(files, tmp_path / "text", langs=["en", "ru"])
+    assert not any((tmp_path / d).exists() for d in ("swapped", "other", "text"))
+
+
+@pytest.mark.parametrize(("names", "langs"), [
+    (("a.txt", "b.txt"), ["und", "und"]),  # no code in either name
+    (("corpus.en.txt", "corpus.xx.txt"), ["und", "und"]),  # xx is no language code
+    (("one.de.txt", "two.de.txt"), ["und", "und"]),  # the same code twice: no pair's
+])
+def test_a_moses_pair_whose_names_give_no_pair_stays_und(tmp_path: Path,
+                                                        names: tuple[str, str],
+                                                        langs: list[str]):
+    for name in names:
+        (tmp_path / name).write_text("Hello world\n")
+    files = [tmp_path / name for name in names]
+    assert ingest(files, tmp_path / "ds", format="moses").langs == langs
+
+
 def test_inputs_of_different_pairs_are_refused_not_labelled_und(tmp_path: Path):
     """As und-und, language id and the alignment model would check nothing."""
     for name in ("a.en", "a.de", "b.en", "b.fr"):

@@ -228,10 +228,17 @@ def test_clean_exits_2_naming_the_key_before_doing_any_work(tiny: Path, tmp_path
 
 def test_rules_that_leave_no_pair_end_in_a_clear_error_not_an_empty_model(tiny: Path,
                                                                           tmp_path: Path):
-    """Every row rejected before the align stage: nothing to train on or decide."""
+    """Every row rejected before the align stage: nothing to train on or decide. The error
+    names the rule that took the rows; allowed that loss, the align stage's own error."""
     recipe = tmp_path / "r.toml"
     recipe.write_text('stages = ["normalize", "rules", "align"]\n[rules.tgt]\nmin_words = 50\n')
     result = run_cli("clean", tiny, "--out", tmp_path / "out", "--recipe", recipe)
+    assert result.exit_code == 1
+    assert ("clean stopped at the align stage: too_short_tgt rejects 3 of 3 rows"
+            in result.stderr), result.stderr
+    assert "Traceback" not in result.stderr
+    result = run_cli("clean", tiny, "--out", tmp_path / "out", "--recipe", recipe,
+                     "--allow-heavy-loss")
     assert result.exit_code != 0
     assert "no pairs left to train the alignment model" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr

@@ -48,6 +48,7 @@ from spr_data.pipeline.runner import ShardRun, Unit, open_input, read_unit
 from spr_data.pipeline.units import equal_parts, finished_unit, mark_unit_finished
 from spr_data.qa.align_stage import ALIGN_SCORE, P_TRANSLATION, SCORE_HISTOGRAM_EDGES
 from spr_data.qa.quarantine import read_quarantine
+from spr_data.qa.scripts import normalize_lang
 from spr_data.qa.stage import CorpusStage, Stage, stage_of, unit_ids
 from spr_data.qa.stages import build_stages
 from spr_data.reader import ReaderOptions
@@ -103,6 +104,8 @@ class CleanReport:
     timings: dict[str, float] = field(default_factory=dict)
     #: a few rejected rows per first reason (the first by shard and row order), for a person
     examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: what the run could not check, for a person (the alignment's own are under ``align``)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def rows_rejected(self) -> int:
@@ -119,7 +122,7 @@ class CleanReport:
             "resumed_shards": self.resumed_shards,
             "quarantine_not_found": self.quarantine_not_found,
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
-            "examples": self.examples,
+            "examples": self.examples, "warnings": self.warnings,
         }
 
 
@@ -651,7 +654,12 @@ def _run(run: ShardRun, recipe: Recipe, stages: list[Stage],
             # shows as a bar of its own, done when it is, rather than a score bar standing still
             if run.on_progress is not None:
                 run.on_progress(stage.name, 0, run.rows)
-            states[stage.name] = _combine(run, stages, position, states)
+            try:
+                states[stage.name] = _combine(run, stages, position, states)
+            except SprDataError:
+                if not allow_heavy_loss:  # the cause, where the stages before left it no rows
+                    _refuse_heavy_loss_before(run, recipe, stage.name)
+                raise
             if run.on_progress is not None:
                 run.on_progress(stage.name, run.rows, run.rows)
             timings[_TIMING.get(stage.name, stage.name)] = time.perf_counter() - clock
@@ -706,7 +714,7 @@ def _finish(run: ShardRun, recipe: Recipe, stages: list[Stage],
         resumed_shards=sum(1 for r in ordered if r.get("resumed")),
         quarantine_not_found=(states["quarantine"]["count"] - int(quarantined.sum())
                               if "quarantine" in states and quarantined is not None else 0),
-        examples=dict(sorted(examples.items())))
+        examples=dict(sorted(examples.items())), warnings=_unchecked(run.source.langs, stages))
     if not allow_heavy_loss:
         _refuse_heavy_loss(report, recipe, run.work, run.source.langs)
     tag = temp_tag(run.out)  # this process's temp files in out, recorded as the run's
@@ -759,32 +767,92 @@ def _summarize(hist: np.ndarray, name: str) -> dict[str, Any]:
             "histogram": hist.tolist()}
 
 
+def _unchecked(langs: list[str], stages: Sequence[Stage]) -> list[str]:
+    """A warning where the dataset's languages are not known (``und``, ``mul``): language id
+    and the script rules then have nothing to check a side against, and a corpus of the
+    wrong language, or a pair ingested the wrong way round, passes them."""
+    unknown = [lang for lang in langs if normalize_lang(lang) in ("und", "mul", "")]
+    checks = [s.name for s in stages if s.name in ("rules", "langid")]
+    if not unknown or not checks:
+        return []
+    return [f"the dataset's languages are {'-'.join(langs)}: {' and '.join(checks)} checked "
+            "no side against a language or script; ingest with --langs (or files named by "
+            "their languages) to have them checked"]
+
+
 def _refuse_heavy_loss(report: CleanReport, recipe: Recipe, work: Path,
                        langs: list[str]) -> None:
     """Stop before publishing when one reason rejects more than ``recipe.max_reason_share``
     of the rows: a wrong language code, wrong columns or a recipe typo reject nearly
     everything, and a run that "succeeds" with 2% of its rows is silent destruction. The
     report goes to the work directory for a look; the rerun that accepts resumes there."""
-    if not report.rows_in:
+    heavy = _heaviest(report.by_reason, report.rows_in, recipe)
+    if heavy is None:
         return
-    # a quarantine is the user's own explicit list: never a surprise
-    heavy = [(n, reason) for reason, n in report.by_reason.items()
-             if reason != "quarantined" and n > recipe.max_reason_share * report.rows_in]
-    if not heavy:
-        return
-    n, reason = max(heavy)
+    n, reason = heavy
     atomic_write_bytes(work / "report.json",
                        json.dumps(report.to_json(), indent=2, ensure_ascii=False).encode())
+    raise _heavy_loss_error(
+        f"clean stopped before publishing {report.out}", reason, n, report.rows_in,
+        report.examples.get(reason, []), recipe, langs,
+        f"if this loss is right, rerun with --allow-heavy-loss (allow_heavy_loss=True), which "
+        f"resumes from {work} (its report.json has the details), or raise max_reason_share")
+
+
+def _refuse_heavy_loss_before(run: ShardRun, recipe: Recipe, stage: str) -> None:
+    """The same refusal when a corpus stage could not run (the align stage found no pairs
+    to train on) because the row stages before it rejected nearly every row — a
+    wrong language code, swapped sides: their reason is the cause to name, not the stage's
+    (counted from the score step's work files)."""
+    by_reason: Counter[str] = Counter()
+    examples: dict[str, list[dict[str, Any]]] = {}
+    for unit in run.units:
+        table = _read_table(_scored_path(run.work, unit.index))
+        column = table.column(_PASS1_REASONS).combine_chunks()
+        has = np.asarray(pc.greater(pc.list_value_length(column), 0).fill_null(False)
+                         .to_numpy(zero_copy_only=False))
+        rows = np.flatnonzero(has)
+        if not rows.size:
+            continue
+        first = pc.list_element(column.take(pa.array(rows)), 0).to_pylist()
+        by_reason.update(first)
+        for reason in set(first):
+            taken = examples.setdefault(reason, [])
+            if len(taken) < 2:
+                at = [r for r, f in zip(rows, first, strict=True) if f == reason][:2 - len(taken)]
+                names = [c for c in (*_SIDES, "lid_src", "lid_tgt", "lid_text")
+                         if c in table.column_names]
+                taken += table.select(names).take(pa.array(at)).to_pylist()
+    heavy = _heaviest(dict(by_reason), run.rows, recipe)
+    if heavy is None:
+        return
+    n, reason = heavy
+    left = run.rows - sum(by_reason.values())
+    raise _heavy_loss_error(
+        f"clean stopped at the {stage} stage", reason, n, run.rows, examples[reason], recipe,
+        run.source.langs, f"the {stage} stage could not run on the {left:,} rows left")
+
+
+def _heaviest(by_reason: dict[str, int], rows_in: int, recipe: Recipe
+              ) -> tuple[int, str] | None:
+    """The reason that rejects the most rows, and how many, when it is more than the recipe's
+    ``max_reason_share`` (a quarantine, the user's own explicit list, never counts)."""
+    heavy = [(n, reason) for reason, n in by_reason.items()
+             if reason != "quarantined" and n > recipe.max_reason_share * rows_in]
+    return max(heavy) if heavy and rows_in else None
+
+
+def _heavy_loss_error(what: str, reason: str, n: int, rows_in: int,
+                      examples: list[dict[str, Any]], recipe: Recipe, langs: list[str],
+                      then: str) -> DataLossError:
     samples = []
-    for row in report.examples.get(reason, [])[:2]:
+    for row in examples[:2]:
         text = " / ".join(repr(str(row[c])[:60]) for c in _SIDES if c in row)
         predicted = ", ".join(f"{k} {row[k]}" for k in ("lid_src", "lid_tgt", "lid_text")
                               if isinstance(row.get(k), str))
         samples.append(text + (f" ({predicted})" if predicted else ""))
-    raise DataLossError(
-        f"clean stopped before publishing {report.out}: {reason} rejects {n:,} of "
-        f"{report.rows_in:,} rows ({n / report.rows_in:.1%}), more than the recipe's "
-        f"max_reason_share ({recipe.max_reason_share:g}); e.g. {'; '.join(samples) or '-'}. "
-        f"Check the dataset's languages ({'-'.join(langs)}) and the recipe; if this loss is "
-        f"right, rerun with allow_heavy_loss=True, which resumes from "
-        f"{work} (its report.json has the details), or raise max_reason_share")
+    return DataLossError(
+        f"{what}: {reason} rejects {n:,} of {rows_in:,} rows ({n / rows_in:.1%}), more than "
+        f"the recipe's max_reason_share ({recipe.max_reason_share:g}); e.g. "
+        f"{'; '.join(samples) or '-'}. Check the dataset's languages ({'-'.join(langs)}) "
+        f"and the recipe; {then}")

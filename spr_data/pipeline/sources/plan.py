@@ -64,13 +64,27 @@ def _format_of(path: Path) -> str | None:
     return _EXTENSIONS.get(Path(_strip_compression(path)).suffix.lower())
 
 
-def _moses_langs(a: Path, b: Path) -> tuple[str, str] | None:
-    """``train.en`` + ``train.de`` → ``("en", "de")``; None when the names do not pair up."""
+def _moses_langs(a: Path, b: Path, *, named_apart: bool = False) -> tuple[str, str] | None:
+    """``train.en`` + ``train.de`` → ``("en", "de")``; None when the names do not pair up.
+
+    ``named_apart`` (the files are a Moses pair by ``--format moses``): also names whose
+    stems differ and that end in a text extension, each giving a language code
+    (``newstest2019-src.eng.txt.gz`` + ``newstest2019-ref.rus.txt.gz`` → ``("eng", "rus")``)."""
     sa, sb = Path(_strip_compression(a)), Path(_strip_compression(b))
     la, lb = sa.suffix[1:], sb.suffix[1:]
     if sa.stem == sb.stem and la != lb and _LANG_SUFFIX.match(la) and _LANG_SUFFIX.match(lb):
         return la, lb
-    return None
+    if not named_apart:
+        return None
+    codes = []
+    for name in (sa, sb):
+        if _format_of(name) == "text":  # .txt: the code is the suffix before it
+            name = Path(name.stem)
+        code = name.suffix[1:]
+        if not _LANG_SUFFIX.match(code) or problem(code) is not None:
+            return None
+        codes.append(code)
+    return (codes[0], codes[1]) if codes[0] != codes[1] else None
 
 
 def _check_langs_fit_names(langs: Sequence[str] | None, files: Sequence[str],
@@ -124,12 +138,13 @@ def _names_another_language(given: str, named: str) -> bool:
 
 
 def _lang_closeness(a: str, b: str) -> int:
-    """2: the same code; 1: the same base language (``zh-CN``, ``zh``); 0: different.
+    """2: the same code; 1: the same base language (``zh-CN``, ``zh``; ``ru``, ``rus``); 0:
+    different.
     Different codes are not a contradiction (``--langs en-de`` for ``train.eng train.deu``)."""
     a, b = a.lower().replace("_", "-"), b.lower().replace("_", "-")
     if a == b:
         return 2
-    return int(a.split("-")[0] == b.split("-")[0])
+    return int(a.split("-")[0] == b.split("-")[0] or normalize_lang(a) == normalize_lang(b))
 
 
 def langs_from_name(path: Path, kind: Kind) -> list[str] | None:
@@ -250,6 +265,11 @@ def plan_sources(
         return SOURCES[fmt].fixed_kind or kind or "parallel"
 
     kinds = {kind_of(fmt) for fmt, _ in groups}
+    if kind == "parallel" and kinds == {"mono"} and {f for f, _ in groups} == {"text"}:
+        raise InputError(  # the files of a pair, named .txt: text is one segment a line
+            f"--langs {','.join(langs or [])} asks for a parallel corpus, but "
+            + ", ".join(shown(ps[0]) for _, ps in groups) + " read as text files, a mono "
+            "corpus; for the two line-aligned files of a pair, pass --format moses")
     if len(kinds) > 1 or (kind is not None and kinds != {kind}):
         raise InputError("inputs mix parallel and mono corpora: "
                          + ", ".join(f"{shown(ps[0])} ({kind_of(f)})" for f, ps in groups))
@@ -263,7 +283,7 @@ def plan_sources(
                            url=urls.get(p)) for p in ps]
         candidates: list[list[str]] = []
         if len(ps) == 2:  # a Moses pair: each name's suffix gives one side's language
-            pair = _moses_langs(ps[0], ps[1])
+            pair = _moses_langs(ps[0], ps[1], named_apart=format == "moses")
             if pair:
                 guessed.add(pair)
                 _check_langs_fit_names(langs, [shown(q) for q in ps], pair)
