@@ -655,6 +655,11 @@ def load_tokenizer(spec: str) -> Tokenizer:
         return HFTokenizer.load_gpt2(name, path)
     if _is_tiktoken(path):
         return TiktokenTokenizer.load(name, path)
+    if "merges" in path.name and path.suffix == ".txt":  # half of a GPT-2 pair
+        vocab = path.with_name(path.name.replace("merges.txt", "vocab.json"))
+        raise InputError(f"tokenizer {path} is a BPE merges file: give its vocab.json "
+                         f"({vocab if vocab.is_file() else 'beside it'}), which reads the "
+                         "merges with it")
     return SentencePieceTokenizer.load(name, path)
 
 

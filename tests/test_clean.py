@@ -119,8 +119,13 @@ def test_a_relaunch_with_another_recipe_is_refused(multi30k: Path, tmp_path: Pat
     with pytest.raises(KeyboardInterrupt):
         clean(multi30k, tmp_path / "out", recipe=recipe_file(tmp_path, NO_ALIGN), workers=1)
     other = recipe_file(tmp_path, NO_ALIGN + "[rules]\nmax_length_ratio = 9.0\n", "o.toml")
-    with pytest.raises(OutputError, match="another recipe"):
+    with pytest.raises(OutputError, match="another recipe") as refused:
         clean(multi30k, tmp_path / "out", recipe=other, workers=1)
+    # which hash is which, and both ways out
+    assert "(that run's sha256:" in str(refused.value)
+    assert "this one's sha256:" in str(refused.value)
+    assert "rerun with the same recipe to resume it, or pass --overwrite" in str(
+        refused.value)
 
 
 def test_an_existing_output_needs_overwrite(multi30k: Path, tmp_path: Path):

@@ -168,6 +168,12 @@ def test_cli_writes_json_and_markdown_and_strict_fails(corpora: Path, tmp_path: 
 def test_bad_tokenizer_is_a_clear_error(tmp_path: Path, corpora: Path):
     result = run_cli("fertility-report", ntrex(corpora, "en"), "-t", tmp_path / "none.model")
     assert result.exit_code == 2 and "does not exist" in result.stderr
+    # half of a GPT-2 pair: the error names the vocab.json to give instead
+    merges = corpora / "tokenizers/gpt2-merges.txt"
+    result = run_cli("fertility-report", ntrex(corpora, "en"), "-t", merges)
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == 2 and "is a BPE merges file: give its vocab.json" in said
+    assert "gpt2-vocab.json" in said and "SentencePiece" not in said
 
 
 def test_continued_words(report: dict):
