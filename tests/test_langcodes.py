@@ -175,7 +175,7 @@ def test_a_moses_pair_named_apart_gives_its_languages(corpora: Path, tmp_path: P
         ingest(files, tmp_path / "swapped", format="moses", langs=["ru", "en"])
     with pytest.raises(InputError, match=r"ref\.rus\.txt\.gz says rus for the target, not de"):
         ingest(files, tmp_path / "other", format="moses", langs=["en", "de"])
-    with pytest.raises(InputError, match=r"read as text files, a mono corpus; for the two "
+    with pytest.raises(InputError, match=r"are text input, a mono corpus; for the two "
                                          r"line-aligned files of a pair, pass --format moses"):
         ingest(files, tmp_path / "text", langs=["en", "ru"])
     assert not any((tmp_path / d).exists() for d in ("swapped", "other", "text"))

@@ -656,8 +656,10 @@ def _run(run: ShardRun, recipe: Recipe, stages: list[Stage],
                 run.on_progress(stage.name, 0, run.rows)
             try:
                 states[stage.name] = _combine(run, stages, position, states)
-            except SprDataError:
-                if not allow_heavy_loss:  # the cause, where the stages before left it no rows
+            except SprDataError as error:
+                # the cause, where the stages before left it too few rows (not a disk or a
+                # network fault: those are what they say)
+                if not allow_heavy_loss and type(error) in (InputError, SprDataError):
                     _refuse_heavy_loss_before(run, recipe, stage.name)
                 raise
             if run.on_progress is not None:
@@ -771,12 +773,14 @@ def _unchecked(langs: list[str], stages: Sequence[Stage]) -> list[str]:
     """A warning where the dataset's languages are not known (``und``, ``mul``): language id
     and the script rules then have nothing to check a side against, and a corpus of the
     wrong language, or a pair ingested the wrong way round, passes them."""
-    unknown = [lang for lang in langs if normalize_lang(lang) in ("und", "mul", "")]
+    unknown = [i for i, lang in enumerate(langs) if normalize_lang(lang) in ("und", "mul", "")]
     checks = [s.name for s in stages if s.name in ("rules", "langid")]
     if not unknown or not checks:
         return []
+    sides = ("no side" if len(unknown) == len(langs)
+             else f"its {('source', 'target')[unknown[0]]} side")
     return [f"the dataset's languages are {'-'.join(langs)}: {' and '.join(checks)} checked "
-            "no side against a language or script; ingest with --langs (or files named by "
+            f"{sides} against a language or script; ingest with --langs (or files named by "
             "their languages) to have them checked"]
 
 

@@ -98,8 +98,8 @@ _SCALES = {
     "млн": 10**6, "млрд": 10**9, "тыс": 10**3, "тысяч": 10**3, "миллионов": 10**6,
     "миллиардов": 10**9,
     # South Asia counts in lakhs (10^5) and crores (10^7): "$37 billion" is "3700 कोटी",
-    # "142 million" "੧੪੨੦ ਲੱਖ" (NTREX Marathi, Nepali, Punjabi, Gujarati: 30 of its real pairs
-    # rejected for numbers_mismatch, most of them for a lakh or a crore)
+    # "142 million" "੧੪੨੦ ਲੱਖ" (NTREX Marathi, Nepali, Punjabi, Gujarati: 31 of its real pairs
+    # rejected for numbers_mismatch, 19 of them for a lakh or a crore)
     "हज़ार": 10**3, "हजार": 10**3, "लाख": 10**5, "करोड़": 10**7,
     "करोड": 10**7, "कोटी": 10**7, "कोटि": 10**7, "मिलियन": 10**6, "बिलियन": 10**9,
     "अरब": 10**9, "ਹਜ਼ਾਰ": 10**3, "ਹਜਾਰ": 10**3, "ਲੱਖ": 10**5, "ਕਰੋੜ": 10**7,

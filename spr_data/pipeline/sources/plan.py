@@ -265,11 +265,16 @@ def plan_sources(
         return SOURCES[fmt].fixed_kind or kind or "parallel"
 
     kinds = {kind_of(fmt) for fmt, _ in groups}
-    if kind == "parallel" and kinds == {"mono"} and {f for f, _ in groups} == {"text"}:
-        raise InputError(  # the files of a pair, named .txt: text is one segment a line
-            f"--langs {','.join(langs or [])} asks for a parallel corpus, but "
-            + ", ".join(shown(ps[0]) for _, ps in groups) + " read as text files, a mono "
-            "corpus; for the two line-aligned files of a pair, pass --format moses")
+    if kind is not None and len(kinds) == 1 and kinds != {kind}:
+        formats = sorted({f for f, _ in groups})
+        pair_of_texts = formats == ["text"] and kind == "parallel" and len(groups) % 2 == 0
+        raise InputError(
+            f"{'--langs ' + ','.join(langs or []) if kind == 'parallel' else '--lang'} asks "
+            f"for a {kind} corpus, but " + ", ".join(shown(ps[0]) for _, ps in groups)
+            + f" {'is' if len(groups) == 1 else 'are'} {' and '.join(formats)} input, a "
+            f"{next(iter(kinds))} corpus"
+            + ("; for the two line-aligned files of a pair, pass --format moses"
+               if pair_of_texts else ""))
     if len(kinds) > 1 or (kind is not None and kinds != {kind}):
         raise InputError("inputs mix parallel and mono corpora: "
                          + ", ".join(f"{shown(ps[0])} ({kind_of(f)})" for f, ps in groups))
