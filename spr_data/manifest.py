@@ -149,7 +149,8 @@ def read_manifest(directory: Path) -> Manifest:
     if not directory.exists():
         raise DatasetError(f"{directory} does not exist")
     if not directory.is_dir():
-        raise DatasetError(f"{directory} is a file, not a dataset directory")
+        raise DatasetError(f"{directory} is a file, not a dataset directory; make a dataset "
+                           f"of it first: spr-data ingest {directory} --out DIR")
     if not path.is_file():
         raise DatasetError(
             f"{directory} is not an spr-data dataset: it has no {MANIFEST_NAME} "

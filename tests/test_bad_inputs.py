@@ -433,6 +433,18 @@ def test_a_directory_without_manifest_is_not_a_dataset(tmp_path: Path):
     assert result.exit_code == 2 and "no manifest.json" in result.stderr
 
 
+@pytest.mark.parametrize("command", ["clean", "tokenize", "info", "verify"])
+def test_a_raw_file_given_as_a_dataset_says_to_ingest_it(tmp_path: Path, command: str):
+    raw = write(tmp_path / "train.en", b"Hello world\n")
+    extra = {"clean": ["--out", str(tmp_path / "out")],
+             "tokenize": ["--out", str(tmp_path / "out"), "--tokenizer", "bytes"]}
+    result = run_cli(command, raw, *extra.get(command, []))
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == 2, result.stderr
+    assert "is a file, not a dataset directory; make a dataset of it first: spr-data ingest" \
+        in said and "Traceback" not in said
+
+
 def test_a_file_without_any_tsv_line_is_an_error_not_all_rejects(tmp_path: Path):
     src = write(tmp_path / "c.tsv", b"just text\nno tabs here\n\n")
     result = run_cli("ingest", src, "--out", tmp_path / "ds")
