@@ -152,6 +152,14 @@ def _reports_errors(fn: F) -> F:
                   as_json=as_json)
         except (typer.Exit, typer.Abort):
             raise
+        except OSError as exc:  # a disk that filled up under a step's work files, say
+            from spr_data.fsio import failed_write_message
+
+            if _state["debug"]:
+                traceback.print_exc()
+            said = failed_write_message(exc)
+            _fail(said or f"unexpected {type(exc).__name__}: {exc} (rerun with --debug for the "
+                  "traceback, and please report it)", 1, as_json=as_json)
         except Exception as exc:
             if _state["debug"]:
                 traceback.print_exc()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import secrets
 from pathlib import Path
 
@@ -98,6 +99,24 @@ def os_error_message(exc: OSError, path: Path | str, option: str = "--out") -> s
     if exc.errno in (errno.EEXIST, errno.ENOTDIR):
         return f"{option} {path} is (or is inside) a file; choose a directory"
     return f"cannot write {path}: {exc.strerror or exc}"
+
+
+#: numpy's ``tofile`` and ``np.save`` on a full disk: an OSError without an errno
+_SHORT_WRITE = re.compile(r"\b\d+ requested and \d+ written\b")
+
+
+def failed_write_message(exc: OSError) -> str | None:
+    """One line for a write that failed for want of room or rights, wherever it happened (a
+    work file deep in a step); None for any other OSError."""
+    where = f" while writing {exc.filename}" if exc.filename else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT) or (
+            exc.errno is None and _SHORT_WRITE.search(str(exc))):
+        return (f"no space left on device{where} ({exc.strerror or exc}); free space — a "
+                "clean run's work files take a few times the dataset's size — and rerun the "
+                "same command to resume")
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"cannot write{where}: {exc.strerror}; choose a writable place"
+    return None
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, tag: str | None = None) -> None:

@@ -362,6 +362,40 @@ def test_full_disk_injected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     assert not (tmp_path / "ds").exists()
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+def test_a_full_disk_under_a_steps_work_files_is_one_line(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch):
+    """numpy's writes on a full disk (the align stage's EM files) fail with an OSError that
+    has no errno, only "N requested and M written": read as a full disk, one line, exit 1,
+    not "unexpected … please report it". Here the training writes to /dev/full, a device
+    that is always full."""
+    import numpy as np
+
+    from spr_data.fsio import failed_write_message
+    from spr_data.qa.align import LexicalAligner
+
+    with pytest.raises(OSError) as numpy_full:
+        np.arange(100_000).tofile("/dev/full")
+    with pytest.raises(OSError) as write_full, open("/dev/full", "wb") as f:
+        f.write(b"x" * 100_000)
+        f.flush()
+    for caught in (numpy_full.value, write_full.value):
+        assert (failed_write_message(caught) or "").startswith("no space left on device")
+    assert failed_write_message(FileNotFoundError(errno.ENOENT, "gone", "x")) is None
+
+    def fills_the_disk(*args: object, **kwargs: object) -> None:
+        np.arange(100_000).tofile("/dev/full")
+
+    monkeypatch.setattr(LexicalAligner, "train", fills_the_disk)
+    src = write(tmp_path / "c.tsv", big_text(300))
+    ingest([src], tmp_path / "ds")
+    result = run_cli("clean", tmp_path / "ds", "--out", tmp_path / "out", "--workers", "1")
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == 1 and "no space left on device" in said, said
+    assert "unexpected" not in said and "rerun the same command to resume" in said
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
 def test_full_disk_on_a_real_small_filesystem(tmp_path: Path):
     """The same on a real 1 MiB tmpfs, where the machine lets us mount one (root, Linux)."""
     with small_tmpfs(tmp_path / "small", "1m") as mnt:
