@@ -278,3 +278,33 @@ def test_a_dataset_replaced_on_the_server_is_reported_replaced_not_corrupt(corpo
         with pytest.raises(DatasetError, match="was replaced since it was opened") as info:
             ds[len(ds) - 1]
         assert "corrupt" not in str(info.value)
+
+
+@pytest.mark.parametrize("last_id", ["a repeat", "past id_bound"])
+def test_a_shard_rewritten_with_a_bad_id_is_refused_by_clean(copy: Path, tmp_path: Path,
+                                                            last_id: str):
+    """A shard rewritten with its last row's id changed — to the first row's (a row that
+    would be seen twice an epoch) or past the dataset's id_bound — its hash and size put in
+    the manifest: the ids of each unit's input and output agree, so only the ids themselves
+    show it. clean publishes nothing and names the id (exit 2), as verify does."""
+    from spr_data.fsio import sha256_file
+
+    m = json.loads((copy / "manifest.json").read_text())
+    shard = copy / m["shards"][0]["file"]
+    with pa.OSFile(str(shard)) as source:  # read into memory: the file is rewritten below
+        table = pa.ipc.open_file(source).read_all()
+    ids = table.column("id").to_pylist()
+    ids[-1] = ids[0] if last_id == "a repeat" else m["id_bound"] + 5
+    table = table.set_column(table.schema.get_field_index("id"), table.schema.field("id"),
+                             pa.array(ids, table.schema.field("id").type))
+    with pa.OSFile(str(shard), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
+    _tamper(copy, lambda m: _shard0(m, hash=sha256_file(shard), bytes=shard.stat().st_size))
+    said = ("more than once" if last_id == "a repeat"
+            else f"is outside 0..{m['id_bound'] - 1}")
+    assert said in " ".join(run_cli("verify", copy).stderr.split() +
+                            run_cli("verify", copy).stdout.split())
+    result = run_cli("clean", copy, "--out", tmp_path / "out", "--workers", "1")
+    message = " ".join(result.stderr.split())
+    assert result.exit_code == 2 and said in message and "the dataset is damaged" in message
+    assert "Traceback" not in message and not (tmp_path / "out" / "manifest.json").exists()

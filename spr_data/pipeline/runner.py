@@ -23,6 +23,7 @@ runner owns the rest:
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import types
@@ -261,6 +262,8 @@ class ShardRun:
                                f"{sum(s.rows for s in kept)} kept + "
                                f"{sum(s.rows for s in rejected or ())} rejected; the output is "
                                "not written")
+        bound = self.source.manifest.id_bound
+        spans: list[tuple[int, int]] = []  # each unit's lowest and highest id
         for i, unit in enumerate(self.units):
             ids_in = _ids(Path(unit.shard))[unit.offset:unit.offset + unit.length]
             parts = [_ids(self.staging / kept[i].file)]
@@ -271,6 +274,14 @@ class ShardRun:
                 raise SprDataError(f"accounting failed for unit {unit.index}: its "
                                    f"{ids_in.size} input ids are not the ids of its "
                                    f"{ids_out.size} output rows; the output is not written")
+            if ids_out.size:
+                _check_ids(ids_out, bound, unit.shard)
+                spans.append((int(ids_out[0]), int(ids_out[-1])))
+        spans.sort()
+        if any(a[1] >= b[0] for a, b in itertools.pairwise(spans)):  # units' ids interleave
+            every = np.sort(np.concatenate([_ids(Path(u.shard))[u.offset:u.offset + u.length]
+                                            for u in self.units]))
+            _check_ids(every, bound, str(self.source.path))
 
     def lineage(self, **details: Any) -> dict[str, Any]:
         """The lineage record of the output: this stage, its parent, and ``details``. A local
@@ -345,6 +356,19 @@ def _link(source: Path, target: Path) -> None:
         os.link(source, target)
     except OSError:
         shutil.copyfile(source, target)
+
+
+def _check_ids(ids: np.ndarray, bound: int, where: str) -> None:
+    """Sorted row ids, each once and below the dataset's ``id_bound``: a shard rewritten with
+    a repeated or foreign id, its hash made to match, would otherwise pass through as a
+    row seen twice per epoch."""
+    repeated = np.flatnonzero(ids[1:] == ids[:-1])
+    if repeated.size or ids[0] < 0 or ids[-1] >= bound:
+        what = (f"row id {ids[repeated[0]]} appears more than once" if repeated.size
+                else f"row id {ids[-1] if ids[-1] >= bound else ids[0]} is outside "
+                f"0..{bound - 1}")
+        raise DatasetError(f"{where}: {what}; the dataset is damaged (spr-data verify names "
+                           "its shards) and the output is not written")
 
 
 def _ids(path: Path) -> np.ndarray:
