@@ -158,6 +158,12 @@ def _reports_errors(fn: F) -> F:
             if _state["debug"]:
                 traceback.print_exc()
             said = failed_write_message(exc)
+            if said is None and isinstance(exc, FileNotFoundError) and exc.filename:
+                # a dataset removed or replaced under the run (an ingest --overwrite of its
+                # input): what the run reads is gone, which is bad input, not a bug
+                _fail(f"{exc.filename} is gone: it was removed while the run used it (was the "
+                      "dataset deleted or replaced?); rerun when it is back", 2,
+                      as_json=as_json)
             _fail(said or f"unexpected {type(exc).__name__}: {exc} (rerun with --debug for the "
                   "traceback, and please report it)", 1, as_json=as_json)
         except Exception as exc:

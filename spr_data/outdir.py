@@ -249,7 +249,7 @@ def check_run(work: Path, identity: dict[str, Any], *, overwrite: bool) -> None:
                 raise OutputError(
                     f"{work.parent} holds an unfinished run with another {key} (that run's "
                     f"{found.get(key)}, this one's {expected}); rerun with the same {key} to "
-                    "resume it, or pass --overwrite (overwrite=True) to start over")
+                    "resume it, or pass overwrite=True to start over")
         return
     work.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(run_file, json.dumps(identity, indent=2).encode())

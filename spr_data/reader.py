@@ -600,9 +600,24 @@ class RetryingFile(io.RawIOBase):
             self._handle.seek(self.pos)
         got = self._handle.readinto(view)  # type: ignore[attr-defined]
         if not got:  # the manifest (or the size at open) says there is more
+            self._changed_under_us()
             raise TransientError(errno.EIO, f"early EOF at byte {self.pos} of "
                                  f"{self.expected}", self.path)
         return int(got)
+
+    def _changed_under_us(self) -> None:
+        """A local file now shorter than it must be was cut, or is being rewritten: no retry
+        cures that (a network filesystem's early EOF may be a blip: those are retried)."""
+        if self.fs.is_network(self.path):
+            return
+        try:
+            now = self.fs.size(self.path)
+        except OSError:
+            return
+        if now < self.expected:
+            raise InputError(f"{self.path} holds {now:,} bytes where {self.expected:,} were "
+                             "expected (its size when the run opened it, or its manifest's): "
+                             "it was cut or changed while being read; rerun once it is whole")
 
     def _call(self, read: Callable[[], _T], offset: int) -> _T:
         started = time.monotonic()

@@ -396,6 +396,30 @@ def test_a_full_disk_under_a_steps_work_files_is_one_line(tmp_path: Path,
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_a_dataset_removed_while_a_run_reads_it_is_one_line(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch):
+    """A shard gone mid-run (the dataset deleted, or replaced by an ingest --overwrite):
+    a missing file, bad input (exit 2), not "unexpected … please report it". The run is made
+    to open a shard removed after it started."""
+    import spr_data.pipeline.clean as clean_module
+
+    src = write(tmp_path / "c.tsv", big_text(300))
+    ingest([src], tmp_path / "ds")
+    shard = next((tmp_path / "ds").glob("shard-*.arrow"))
+
+    def reads_a_removed_shard(*args: object, **kwargs: object) -> None:
+        shard.unlink()
+        with open(shard, "rb"):
+            pass
+
+    monkeypatch.setattr(clean_module, "clean", reads_a_removed_shard)
+    result = run_cli("clean", tmp_path / "ds", "--out", tmp_path / "out")
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == 2, said
+    assert f"{shard} is gone: it was removed while the run used it" in said
+    assert "unexpected" not in said and len(result.stderr.strip().splitlines()) == 1
+
+
 def test_full_disk_on_a_real_small_filesystem(tmp_path: Path):
     """The same on a real 1 MiB tmpfs, where the machine lets us mount one (root, Linux)."""
     with small_tmpfs(tmp_path / "small", "1m") as mnt:

@@ -124,7 +124,7 @@ def test_a_relaunch_with_another_recipe_is_refused(multi30k: Path, tmp_path: Pat
     # which hash is which, and both ways out
     assert "(that run's sha256:" in str(refused.value)
     assert "this one's sha256:" in str(refused.value)
-    assert "rerun with the same recipe to resume it, or pass --overwrite" in str(
+    assert "rerun with the same recipe to resume it, or pass overwrite=True" in str(
         refused.value)
 
 

@@ -313,16 +313,22 @@ def test_a_filesystem_that_cannot_lock_is_one_clear_line(tmp_path: Path):
 @pytest.mark.slow
 def test_leftovers_of_a_killed_ingest_are_cleared_by_its_work_state(big_tsv: Path,
                                                                      tmp_path: Path):
-    """SIGKILL mid-run leaves shards, temp files and the work state (which lists them): the
-    rerun removes exactly those and writes the same dataset as an uninterrupted run."""
+    """SIGKILL mid-run leaves shards, temp files and the work state (which lists them), the
+    shards under the work directory, where no tool's discovery reads them as rows: the rerun
+    removes exactly those and writes the same dataset as an uninterrupted run."""
+    import pyarrow.dataset as pds
+
     out = tmp_path / "out"
     args = ["ingest", big_tsv, "--out", out, "--langs", "en-de", "--shard-rows", "20000"]
     run = _start(*args)
-    while not list(out.glob("shard-*.arrow")) and run.poll() is None:
+    while not list((out / WORK_DIR).rglob("shard-*.arrow")) and run.poll() is None:
         time.sleep(0.005)
     run.kill()
     run.wait()
-    assert not (out / "manifest.json").exists()
+    assert run.returncode == -signal.SIGKILL  # killed with shards written, not finished
+    assert not (out / "manifest.json").exists() and not list(out.glob("shard-*"))
+    found = pds.dataset(out, format="ipc", exclude_invalid_files=True)
+    assert found.count_rows() == 0
     (out / "mine.txt").write_text("x")
     again = subprocess.run([*SPR_DATA, *map(str, args)], capture_output=True, text=True)
     assert again.returncode != 0 and "mine.txt" in again.stderr  # ours or not: refused

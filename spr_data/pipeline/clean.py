@@ -799,7 +799,7 @@ def _refuse_heavy_loss(report: CleanReport, recipe: Recipe, work: Path,
     raise _heavy_loss_error(
         f"clean stopped before publishing {report.out}", reason, n, report.rows_in,
         report.examples.get(reason, []), recipe, langs,
-        f"if this loss is right, rerun with --allow-heavy-loss (allow_heavy_loss=True), which "
+        f"if this loss is right, rerun with allow_heavy_loss=True, which "
         f"resumes from {work} (its report.json has the details), or raise max_reason_share")
 
 

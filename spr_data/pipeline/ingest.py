@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from spr_data._version import __version__
 from spr_data.errors import DataLossError, InputError, OutputError, SprDataError
-from spr_data.fsio import os_error_message
+from spr_data.fsio import fsync_path, os_error_message
 from spr_data.manifest import MANIFEST_NAME, Manifest
 from spr_data.outdir import (
     REJECTS_DIR,
@@ -171,11 +171,15 @@ def _write_dataset(plan: SourcePlan, out: Path, format: str | None, columns: Seq
     reject_counts: Counter[str] = Counter()
     first_rejects: dict[str, tuple[int, int, bytes]] = {}
     next_id = 0
+    # the shards are written under the work directory and moved into place at the end: a run
+    # killed before then leaves no shard where pyarrow's or polars' discovery would read it
+    staging = out / WORK_DIR / _STAGING
     try:
         tag = temp_tag(out)  # recorded in the work state before any temp file is made
-        rows = ShardWriter(out, schema, shard_rows=shard_rows, shard_bytes=shard_bytes,
+        (staging / REJECTS_DIR).mkdir(parents=True, exist_ok=True)
+        rows = ShardWriter(staging, schema, shard_rows=shard_rows, shard_bytes=shard_bytes,
                            claim=claim_file, tag=tag)
-        rejects = ShardWriter(out / REJECTS_DIR, ingest_rejects_schema(),
+        rejects = ShardWriter(staging / REJECTS_DIR, ingest_rejects_schema(),
                               shard_rows=shard_rows, shard_bytes=shard_bytes, claim=claim_file,
                               rejects=True, tag=tag)
         writers += [rows, rejects]
@@ -210,6 +214,7 @@ def _write_dataset(plan: SourcePlan, out: Path, format: str | None, columns: Seq
             kind=plan.kind, role="rows", langs=plan.langs, schema=schema, shards=rows.close(),
             rows_in=next_id, id_bound=next_id, rejects=counts, rejects_dir=REJECTS_DIR,
             lineage=lineage)
+        _move_into_place(out, staging, manifest, rejected)
         publish(out, manifest, rejects=rejected)
         shutil.rmtree(out / WORK_DIR, ignore_errors=True)
     except BaseException as exc:
@@ -220,6 +225,23 @@ def _write_dataset(plan: SourcePlan, out: Path, format: str | None, columns: Seq
             raise OutputError(os_error_message(exc, out)) from exc
         raise
     return manifest, lineage, counts, next_id
+
+
+#: where ``ingest`` writes its shards until it publishes them (under the work directory)
+_STAGING = "ingest-staging"
+
+
+def _move_into_place(out: Path, staging: Path, manifest: Manifest, rejected: Manifest) -> None:
+    """The finished shards from ``staging`` to ``out`` (the rejects' to ``out/_rejects``),
+    each claimed first, by rename on the same filesystem; the manifests follow them."""
+    moves = [(staging / s.file, s.file) for s in manifest.shards]
+    moves += [(staging / REJECTS_DIR / s.file, f"{REJECTS_DIR}/{s.file}") for s in rejected.shards]
+    claim(out, *(name for _, name in moves))
+    (out / REJECTS_DIR).mkdir(exist_ok=True)
+    for source, name in moves:
+        os.replace(source, out / name)
+    fsync_path(out / REJECTS_DIR)
+    fsync_path(out)
 
 
 def _parsed(plan: SourcePlan, out: Path, advance: Callable[[int], None], workers: int | None,
@@ -446,7 +468,7 @@ def _check_heavy_loss(plan: SourcePlan, counts: Counter[str],
     raise DataLossError(
         f"{reason} rejects {n:,} of the {records:,} records ({n / records:.0%}), so no dataset "
         f"was written; the first, {where} line {line}: {snippet!r}"
-        + _NEXT_STEP.get(reason, "") + "; pass --allow-heavy-loss (allow_heavy_loss=True) to "
+        + _NEXT_STEP.get(reason, "") + "; pass allow_heavy_loss=True to "
         "write it anyway")
 
 
