@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from spr_data.arrays import unique
 from spr_data.dataset import Dataset, open_dataset
 from spr_data.errors import DatasetError, SprDataError
-from spr_data.fsio import sha256_file
+from spr_data.fsio import TMP_SUFFIX, sha256_file
 from spr_data.manifest import Manifest, ShardInfo
 from spr_data.reader import ReaderOptions, fetch_verified, filesystem_for
 from spr_data.schema import ID, REASON, schema_mismatch
@@ -232,7 +232,24 @@ def _verify_one(ds: Dataset, seen: _SeenIds,
         if REASON in table.schema.names:
             for item in pc.value_counts(table.column(REASON)).to_pylist():
                 report.reasons[item["values"]] += item["counts"]
+    if not ds.remote:
+        report.problems += _unlisted_shards(ds.path, manifest)
     return report
+
+
+def _unlisted_shards(directory: Path, manifest: Manifest) -> list[str]:
+    """Shard files beside the manifest that it does not list: ``pyarrow.dataset`` and a
+    polars ``*.arrow`` glob read their rows as the dataset's, so the directory no longer
+    opens as exactly its rows (a temp file a run is writing, ``.tmp``, is not one)."""
+    listed = {shard.file for shard in manifest.shards}
+    try:
+        names = sorted(p.name for p in directory.iterdir() if p.is_file())
+    except OSError:
+        return []
+    return [f"{directory / name}: a shard file the manifest does not list (other tools would "
+            "read its rows as this dataset's); move it away"
+            for name in names if name not in listed and not name.endswith(TMP_SUFFIX)
+            and (name.startswith("shard-") or name.endswith(".arrow"))]
 
 
 def _check_table(table: pa.Table, manifest: Manifest, rows: int, first_id: int | None,

@@ -50,6 +50,26 @@ def test_missing_and_resized_shards(tmp_path: Path):
     assert "shard-00000.arrow: missing" in text and "shard-00002.arrow:" in text
 
 
+def test_a_shard_file_the_manifest_does_not_list_is_named(tmp_path: Path):
+    """A stray shard beside the manifest: pyarrow reads its rows as the dataset's, so the
+    directory no longer opens as exactly its rows. Its own reject shard dir too; a user's
+    notes file is not a shard."""
+    import pyarrow.dataset as pds
+
+    ds = build(tmp_path)
+    (ds / "shard-00099.arrow").write_bytes((ds / "shard-00001.arrow").read_bytes())
+    (ds / "notes.txt").write_text("mine")
+    found = pds.dataset(ds, format="ipc", exclude_invalid_files=True)
+    assert found.count_rows() == 4000  # what other tools read
+    result = run_cli("verify", ds)
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == 1
+    assert "shard-00099.arrow: a shard file the manifest does not list" in said
+    assert "notes.txt" not in said
+    (ds / "shard-00099.arrow").unlink()
+    assert run_cli("verify", ds).exit_code == 0
+
+
 def test_duplicated_ids_break_the_partition(tmp_path: Path):
     """A shard rewritten with another shard's ids (and a matching hash) is still caught."""
     ds = build(tmp_path)
