@@ -19,7 +19,7 @@ from spr_data.errors import DatasetError, SprDataError
 from spr_data.fsio import TMP_SUFFIX, sha256_file
 from spr_data.manifest import Manifest, ShardInfo
 from spr_data.reader import ReaderOptions, fetch_verified, filesystem_for
-from spr_data.schema import ID, REASON, schema_mismatch
+from spr_data.schema import ID, REASON, columns_line, schema_mismatch
 
 #: how long verify waits before it re-reads a shard whose hash did not match (uncached)
 _REREAD_PAUSE = 0.2
@@ -256,8 +256,9 @@ def _check_table(table: pa.Table, manifest: Manifest, rows: int, first_id: int |
                  seen: _SeenIds, has_ids: bool) -> list[str]:
     problems = []
     if not table.schema.equals(manifest.schema):
-        problems.append(f"schema {table.schema.names} differs from the manifest's "
-                        f"{manifest.schema.names}")
+        found, said = columns_line(table.schema), columns_line(manifest.schema)
+        problems.append(f"columns {found} differ from the manifest's {said}"
+                        + (" in nullability or metadata" if found == said else ""))
         return problems
     if table.num_rows != rows:
         problems.append(f"{table.num_rows} rows, manifest says {rows}")

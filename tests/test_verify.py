@@ -70,6 +70,26 @@ def test_a_shard_file_the_manifest_does_not_list_is_named(tmp_path: Path):
     assert run_cli("verify", ds).exit_code == 0
 
 
+def test_a_shard_that_differs_only_in_nullability_says_so(tmp_path: Path):
+    """Same column names and types, one column's nullability flipped (its hash and size put
+    in the manifest): the message says what differs, not the same names twice."""
+    ds = build(tmp_path)
+    shard = ds / "shard-00000.arrow"
+    with pa.OSFile(str(shard)) as source:
+        table = pa.ipc.open_file(source).read_all()
+    fields = [f.with_nullable(not f.nullable) if f.name == "src" else f for f in table.schema]
+    table = table.cast(pa.schema(fields, metadata=table.schema.metadata))
+    with pa.OSFile(str(shard), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
+    manifest = json.loads((ds / "manifest.json").read_text())
+    manifest["shards"][0].update(hash=sha256_file(shard), bytes=shard.stat().st_size)
+    (ds / "manifest.json").write_text(json.dumps(manifest))
+    result = run_cli("verify", ds)
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == 1 and "shard-00000.arrow: columns id, src" in said
+    assert "differ from the manifest's" in said and "in nullability or metadata" in said
+
+
 def test_duplicated_ids_break_the_partition(tmp_path: Path):
     """A shard rewritten with another shard's ids (and a matching hash) is still caught."""
     ds = build(tmp_path)
