@@ -92,6 +92,15 @@ def is_remote_output(out: str | Path) -> bool:
     return is_url(output_location(out))
 
 
+def check_work_dir(out: str | Path, work_dir: str | Path | None) -> None:
+    """A run directory is for an output on an object store; given with a local ``out``, it
+    would be silently ignored (the run works in ``out`` itself): refused instead."""
+    if work_dir is not None and not is_remote_output(out):
+        raise InputError(f"a run directory (--work-dir {work_dir}) is for an --out on an "
+                         f"object store (s3://…); {out} is a local directory, where the run "
+                         "works itself: leave --work-dir out")
+
+
 def dataset_files(directory: Path) -> list[str]:
     """The files of the finished dataset in ``directory``, in the order they are published:
     the shards, the rejects' shards, the extras, the rejects' card and manifest, the dataset

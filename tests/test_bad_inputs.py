@@ -420,6 +420,19 @@ def test_a_dataset_removed_while_a_run_reads_it_is_one_line(tmp_path: Path,
     assert "unexpected" not in said and len(result.stderr.strip().splitlines()) == 1
 
 
+def test_a_work_dir_with_a_local_out_is_refused_not_ignored(tmp_path: Path):
+    """--work-dir is where a run for an s3:// --out works; a local --out is its own run
+    directory, so the option would be silently ignored: refused, exit 2, nothing made."""
+    src = write(tmp_path / "c.tsv", big_text(50))
+    for args in (["ingest", src], ["clean", tmp_path / "ds"]):
+        if args[0] == "clean":
+            ingest([src], tmp_path / "ds")
+        result = run_cli(*args, "--out", tmp_path / "out", "--work-dir", tmp_path / "run")
+        said = " ".join(result.stderr.split())
+        assert result.exit_code == 2 and "is for an --out on an object store" in said, said
+        assert not (tmp_path / "out").exists() and not (tmp_path / "run").exists()
+
+
 def test_full_disk_on_a_real_small_filesystem(tmp_path: Path):
     """The same on a real 1 MiB tmpfs, where the machine lets us mount one (root, Linux)."""
     with small_tmpfs(tmp_path / "small", "1m") as mnt:

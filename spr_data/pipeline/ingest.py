@@ -51,7 +51,12 @@ from spr_data.pipeline.sources import (
     plan_sources,
 )
 from spr_data.reader import RetryPolicy
-from spr_data.remote_output import RemoteOutput, check_output_location, is_remote_output
+from spr_data.remote_output import (
+    RemoteOutput,
+    check_output_location,
+    check_work_dir,
+    is_remote_output,
+)
 from spr_data.schema import ORIGIN_TYPE, RAW, Kind, ingest_rejects_schema, rows_schema, text_columns
 from spr_data.writer import DEFAULT_SHARD_BYTES, MAX_SHARD_BYTES, ShardWriter
 
@@ -119,6 +124,7 @@ def ingest(
     """
     started = time.perf_counter()
     location = check_output_location(out)
+    check_work_dir(location, work_dir)
     _check_shard_limits(shard_rows, shard_bytes)
     target = (RemoteOutput.of(location, work_dir, retry)
               if is_remote_output(location) else None)

@@ -58,6 +58,7 @@ from spr_data.reader import ReaderOptions
 from spr_data.remote_output import (
     RemoteOutput,
     check_output_location,
+    check_work_dir,
     is_remote_output,
     output_location,
 )
@@ -144,6 +145,7 @@ class ShardRun:
         self.source = source
         #: the output as the user named it: a directory, or a URL
         self.location = output_location(out)
+        check_work_dir(self.location, work_dir)
         self.target = (RemoteOutput.of(self.location, work_dir)
                        if is_remote_output(self.location) else None)
         #: the directory the run writes: the output itself, or a remote output's run directory
