@@ -77,6 +77,10 @@ SAME = [
     ("2.5 billion", "2,5 milyar"),
     ("5 million", "5 מיליון"),
     ("5 million baht", "5ล้านบาท"),  # Thai writes no space after it
+    # amounts in digits and units, a myriad group at a time
+    ("more than 35 million", "3천5백만 명 이상"),
+    ("his 142 million followers", "1억 4천 2백만 명의 팔로워"),
+    ("35 million yen", "3千5百万円"),
     # conversions written to a hundredth, cut to a unit, or a difference of degrees
     ("2 inches", "5,08 см"),
     ("winds of 85 mph", "Winde von 136 km/h"),
@@ -105,6 +109,7 @@ DIFFERENT = [
     ("350 million yen", "3億6千万円"),
     ("£120 million a year", "प्रति वर्ष £1.2 करोड"),  # NTREX Nepali's slip: 12 million
     ("It is 3 miles away", "Es ist 4 km entfernt"),  # 4.8 km: to 5, not cut to 4
+    ("36 million", "3천5백만"),
 ]
 
 
@@ -141,11 +146,12 @@ def _ntrex(corpora: Path, lang: str) -> list[str]:
 
 #: 0-based NTREX lines whose numbers the rule before stop 49 read as a mismatch: lakhs and
 #: crores (Marathi, Nepali, Punjabi, Gujarati), Thai years of the Buddhist era, US units
-#: converted to a hundredth or cut to a unit (German, Ukrainian), 오후 a space before the hour
+#: converted to a hundredth or cut to a unit (German, Ukrainian), 오후 a space before the hour,
+#: Korean amounts a myriad group at a time (1억 4천 2백만)
 NTREX_SAME = {"mar": (978, 979, 983, 1339, 1344, 1514), "nep": (1481, 1482, 1514, 1931, 1955),
               "pan": (1258, 1273, 1339, 1344, 1481, 1482, 1514), "guj": (1258,),
               "tha": (653, 665, 670), "deu": (201, 223, 368), "ukr": (206, 363, 372),
-              "kor": (299,)}
+              "kor": (299, 981, 1258)}
 #: and lines whose numbers really differ: a crore for ten (Nepali: £120 million as 1.2
 #: crore), 29 September as the 20th, 1968 as 21968 (Marathi), 385 miles as 360 km (Russian)
 NTREX_DIFFERENT = {"nep": (1339, 1344), "mar": (254, 464), "rus": (201,)}

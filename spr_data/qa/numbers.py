@@ -360,6 +360,53 @@ def _myriad_sum(text: str, pos: int, value: Decimal, unit: int) -> Decimal | Non
     return total if total != value * unit else None
 
 
+#: the units of an amount written in digits and East Asian units: 천 百 and the like inside a
+#: myriad group, 만 億 and the like closing one
+_GROUP_UNITS = {"천": 1000, "백": 100, "십": 10, "千": 1000, "百": 100, "十": 10}
+_AMOUNT_UNITS = {**_GROUP_UNITS, **{w: 10**4 for w in "万萬만"}, **{w: 10**8 for w in "亿億억"},
+                 **{w: 10**12 for w in "兆조"}}
+
+
+def _cjk_amount(text: str, pos: int) -> Decimal | None:
+    """The whole amount that starts at ``pos`` when it is written in digits and units, a
+    myriad group at a time: ``3천5백만`` = (3,000 + 500) x 10,000, ``1억 4천 2백만`` =
+    142,000,000, ``3千5百万``, ``37万5,000``; None for a lone number or one unit (read
+    already)."""
+    total, group, units, numbers = Decimal(0), Decimal(0), 0, 0
+    while True:
+        number = _NUMBER.match(text, pos)
+        value = _amount_value(number.group()) if number else None
+        if number is None or value is None:
+            break
+        numbers += 1
+        pos = number.end() + (1 if text[number.end():number.end() + 1] == " " else 0)
+        unit = text[pos:pos + 1]
+        if unit in _GROUP_UNITS:
+            group += value * _GROUP_UNITS[unit]
+            pos += 1
+            units += 1
+            unit = text[pos:pos + 1]  # 5백만: the group's myriad right after its unit
+            if unit not in _AMOUNT_UNITS or unit in _GROUP_UNITS:
+                pos += 1 if unit == " " else 0
+                continue
+            value = Decimal(0)
+        if unit in _AMOUNT_UNITS:
+            total += (group + value) * _AMOUNT_UNITS[unit]
+            group = Decimal(0)
+            pos += 1 + (1 if text[pos + 1:pos + 2] == " " else 0)
+            units += 1
+            continue
+        group += value  # the units after the last myriad (37万5,000)
+        break
+    return total + group if units >= 2 or (units and numbers >= 2) else None
+
+
+def _amount_value(group: str) -> Decimal | None:
+    """One number of an amount: ``5,000`` is 5000, ``1.5`` one and a half."""
+    whole = [r[0] for r in _readings(group) if len(r) == 1]
+    return whole[0] if whole else None
+
+
 #: Burmese text often writes the letter wa (ဝ) as the digit zero (၀) that looks the same
 #: (NTREX: "တ၀ါး၀ါး"); next to a Burmese letter or sign it is that letter
 _MYANMAR_WA = re.compile(r"(?<=[\u1000-\u103f\u1050-\u108f])\u1040"
@@ -403,6 +450,10 @@ def read_numbers(text: str) -> SideNumbers | None:
                         else None)
                     if whole is not None:
                         extra.append([whole])
+        if after.lstrip(" ")[:1] in _AMOUNT_UNITS:  # 3천5백만, 1억 4천 2백만, 3千5百万
+            amount = _cjk_amount(text, m.start())
+            if amount is not None:
+                extra.append([amount])
         for reading in readings:
             if len(reading) == 1:
                 extra += _converted(reading[0], text[m.end():m.end() + 30])
