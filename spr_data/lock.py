@@ -149,29 +149,30 @@ def _make_dirs(out: Path) -> list[Path]:
     return missing
 
 
-def acquire(out: Path, command: str) -> OutputLock:
-    """Take the lock of ``out`` or raise ``LockError`` naming its holder."""
+def acquire(out: Path, command: str, option: str = "--out") -> OutputLock:
+    """Take the lock of ``out`` or raise ``LockError`` naming its holder (``option``: the
+    command-line option that chose ``out``, for the messages)."""
     check_local_output(out)  # an s3://… --out would become a local directory "s3:"
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise OutputError(f"--out {out} is a file; choose a directory")
+        raise OutputError(f"{option} {out} is a file; choose a directory")
     try:
         made = _make_dirs(out)
     except OSError as exc:
-        raise OutputError(os_error_message(exc, out)) from exc
+        raise OutputError(os_error_message(exc, out, option)) from exc
     path = out / LOCK_NAME
     for _ in range(100):
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
-            raise OutputError(os_error_message(exc, path)) from exc
+            raise OutputError(os_error_message(exc, path, option)) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = _read_record(fd)
             os.close(fd)
             raise LockError(f"{out} is in use by another run ({describe_holder(holder)}); wait for "
-                            "it to finish or choose another --out") from None
+                            f"it to finish or choose another {option}") from None
         except OSError as exc:
             os.close(fd)
             if made:  # nothing else can be in what this call just made
@@ -180,9 +181,10 @@ def acquire(out: Path, command: str) -> OutputLock:
             if exc.errno in _NO_LOCKS:
                 raise LockError(
                     f"the filesystem of {out} cannot lock files ({exc.strerror}), so two runs "
-                    "into it could not be kept apart; choose an --out on a local disk or a "
+                    f"into it could not be kept apart; choose {'an' if option == '--out' else 'a'} "
+                    f"{option} on a local disk or a "
                     "filesystem with locks") from None
-            raise OutputError(os_error_message(exc, path)) from exc
+            raise OutputError(os_error_message(exc, path, option)) from exc
         # the file may have been removed (a holder releasing) between open and flock: then
         # this lock guards nothing; open the new one
         try:
@@ -219,10 +221,11 @@ def acquire(out: Path, command: str) -> OutputLock:
 
 
 @contextmanager
-def output_lock(out: str | Path, command: str | None = None) -> Iterator[OutputLock]:
+def output_lock(out: str | Path, command: str | None = None, *,
+                option: str = "--out") -> Iterator[OutputLock]:
     """Hold the lock of ``out`` for the ``with`` block; released on any exit. When the block
     fails, directories the lock created are removed if the run left them empty."""
-    lock = acquire(Path(out), command or " ".join(sys.argv))
+    lock = acquire(Path(out), command or " ".join(sys.argv), option)
     if lock.took_over:
         print(f"spr-data: took over the stale lock of {out} "
               f"({describe_holder(lock.took_over)}: that process is gone)", file=sys.stderr)

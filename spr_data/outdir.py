@@ -170,7 +170,8 @@ def _strangers(out: Path, owned: list[str], tags: set[str]) -> list[str]:
     return sorted(found)
 
 
-def prepare_output(out: Path, *, overwrite: bool, resume: bool = False) -> bool:
+def prepare_output(out: Path, *, overwrite: bool, resume: bool = False,
+                   option: str = "--out") -> bool:
     """Make ``out`` ready for a stage (call it holding :func:`output_lock`); return whether it
     was created (always False now: the lock creates the directory).
 
@@ -182,7 +183,7 @@ def prepare_output(out: Path, *, overwrite: bool, resume: bool = False) -> bool:
     """
     try:
         if out.exists() and not out.is_dir():
-            raise OutputError(f"--out {out} is a file; choose a directory")
+            raise OutputError(f"{option} {out} is a file; choose a directory")
         has_manifest = (out / MANIFEST_NAME).exists()
         if has_manifest and not overwrite:
             raise OutputError(f"{out} already holds a dataset; pass overwrite=True to replace it")
@@ -190,7 +191,7 @@ def prepare_output(out: Path, *, overwrite: bool, resume: bool = False) -> bool:
         if work.exists() and not (work.is_dir() and (not any(work.iterdir()) or any(
                 (work / n).exists() for n in ("run.json", _OUTPUTS, _TAGS)))):
             raise OutputError(f"{work} was not made by spr-data; move it away or choose "
-                              "another --out")
+                              f"another {option}")
         old = _dataset_files(out) if has_manifest else []
         run_files = claimed(out)
         tags = _run_tags(out)
@@ -207,7 +208,7 @@ def prepare_output(out: Path, *, overwrite: bool, resume: bool = False) -> bool:
             remove_outputs(out)
         return False
     except OSError as exc:
-        raise OutputError(os_error_message(exc, out)) from exc
+        raise OutputError(os_error_message(exc, out, option)) from exc
 
 
 def _remove(out: Path, names: list[str], tags: set[str]) -> None:

@@ -160,6 +160,19 @@ def test_bad_s3_outputs_are_one_clear_line(s3: S3, tmp_path: Path,
     assert same.exit_code == 2 and "must differ" in one_line(same.stderr)
 
 
+def test_a_bad_work_dir_is_named_as_the_work_dir(s3: S3, tmp_path: Path):
+    """With an s3:// --out the run works in --work-dir: a --work-dir that is a file is that
+    option's fault, and the message names it, not --out (ingest and clean)."""
+    raw = s3.raw / "tatoeba.eng-ben.tsv"
+    (tmp_path / "afile").write_text("mine")
+    for args in (["ingest", raw], ["clean", s3.url("ds")]):
+        result = run_cli(*args, "--out", s3.url("out/workdir"), "--work-dir",
+                         tmp_path / "afile")
+        line = one_line(result.stderr)
+        assert result.exit_code != 0 and f"--work-dir {tmp_path / 'afile'} is a file" in line, line
+        assert (tmp_path / "afile").read_text() == "mine"
+
+
 def test_an_s3_prefix_in_use_is_refused_and_a_dead_holders_lock_taken_over(
         s3: S3, tmp_path: Path):
     raw = s3.raw / "tatoeba.eng-ben.tsv"

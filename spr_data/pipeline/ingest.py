@@ -145,8 +145,9 @@ def ingest(
         if target is not None:  # the run directory is scratch: a run there starts over
             stack.enter_context(target.locked("ingest"))
             target.check(overwrite=overwrite)
-        with output_lock(out, command="ingest"):
-            prepare_output(out, overwrite=overwrite or target is not None)
+        option = "--work-dir" if target is not None else "--out"  # what chose ``out``
+        with output_lock(out, command="ingest", option=option):
+            prepare_output(out, overwrite=overwrite or target is not None, option=option)
             manifest, lineage, counts, next_id = _write_dataset(
                 plan, out, format, columns, keys, shard_rows, shard_bytes, advance,
                 workers=workers, executor=executor, allow_heavy_loss=allow_heavy_loss)

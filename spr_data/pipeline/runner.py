@@ -173,8 +173,9 @@ class ShardRun:
             if self.target is not None:
                 stack.enter_context(self.target.locked(self.command))
                 self.target.check(overwrite=self.overwrite)
-            stack.enter_context(output_lock(self.out, command=self.command))
-            prepare_output(self.out, overwrite=self.overwrite, resume=True)
+            option = "--work-dir" if self.target is not None else "--out"  # chose self.out
+            stack.enter_context(output_lock(self.out, command=self.command, option=option))
+            prepare_output(self.out, overwrite=self.overwrite, resume=True, option=option)
             check_run(self.work, self.identity, overwrite=self.overwrite)
             local_paths = self.source.local_shard_paths(self.work / "shards")
             check_shards(local_paths, self.source.manifest)
