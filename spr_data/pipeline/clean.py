@@ -818,14 +818,15 @@ def _refuse_heavy_loss_before(run: ShardRun, recipe: Recipe, stage: str) -> None
         rows = np.flatnonzero(has)
         if not rows.size:
             continue
-        first = pc.list_element(column.take(pa.array(rows)), 0).to_pylist()
-        by_reason.update(first)
-        for reason in set(first):
+        first = pc.list_element(column.take(pa.array(rows)), 0)
+        names = [c for c in (*_SIDES, "lid_src", "lid_tgt", "lid_text") if c in table.column_names]
+        for item in pc.value_counts(first).to_pylist():
+            reason, count = item["values"], item["counts"]
+            by_reason[reason] += count
             taken = examples.setdefault(reason, [])
             if len(taken) < 2:
-                at = [r for r, f in zip(rows, first, strict=True) if f == reason][:2 - len(taken)]
-                names = [c for c in (*_SIDES, "lid_src", "lid_tgt", "lid_text")
-                         if c in table.column_names]
+                at = rows[np.flatnonzero(pc.equal(first, reason).to_numpy(
+                    zero_copy_only=False))[:2 - len(taken)]]
                 taken += table.select(names).take(pa.array(at)).to_pylist()
     heavy = _heaviest(dict(by_reason), run.rows, recipe)
     if heavy is None:

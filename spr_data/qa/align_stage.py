@@ -504,13 +504,12 @@ class AlignStage:
                 "not more than translations from junk (too few pairs for this language pair); "
                 "low_alignment may take real pairs: read its examples in report.html, or "
                 "train on align.trusted or set align.min_score")
-        pair = np.isin(seen_neg.kinds, _PAIR_KINDS)
-        separation = _separation(corpus[trained] if not outside else corpus[~trained],
-                                 seen_scores[pair], seen_cal.misaligned_share)
         # weak: where even 2% of the real pairs lost would take few negatives, or where the
         # corpus looks to hold junk and the threshold that keeps its real pairs lets most of
         # such junk through (a corpus with none: the threshold goes low, and rightly)
         junk = seen_cal.misaligned_share
+        separation = _separation(corpus[~trained if outside else trained],
+                                 seen_scores[np.isin(seen_neg.kinds, _PAIR_KINDS)], junk)
         weak = (f"a threshold that would reject 2% of the real pairs rejects only "
                 f"{separation:.0%} of the negatives" if separation < _WEAK_SEPARATION
                 else f"the corpus looks {junk:.0%} misaligned, and a threshold that keeps its "

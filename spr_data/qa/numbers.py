@@ -335,69 +335,51 @@ def _integer(group: str) -> Decimal | None:
     return max((r[0] for r in parts), default=None)
 
 
-def _myriad_sum(text: str, pos: int, value: Decimal, unit: int) -> Decimal | None:
-    """``1億2,500万`` = 125,000,000: a myriad number (``value`` × ``unit``, its unit ending
-    at ``pos``) and the smaller ones right after it (``3万5千`` = 35,000, ``3億5千万`` =
-    350,000,000); None when none follows."""
-    total, smallest = value * unit, unit
-    while True:
-        nxt = _NUMBER.match(text, pos + (1 if text[pos:pos + 1] == " " else 0))
-        v = _integer(nxt.group()) if nxt else None
-        if nxt is None or v is None:
-            break
-        rest = text[nxt.end():nxt.end() + 3].lstrip()
-        under = _SCALES[rest[0]] if rest[:1] in _UNDER_MYRIAD else 1  # 5千, 5천
-        units = rest[1:] if under > 1 else rest  # what follows: a myriad, or none
-        step = under * _MYRIADS.get(units[:1], 1)
-        if step > 1 and step < smallest:
-            total, smallest = total + v * step, step
-            pos = text.index(rest[0], nxt.end()) + (2 if units[:1] in _MYRIADS and under > 1
-                                                    else 1)
-            continue
-        if step == 1 and v < smallest:  # 37万5,000: the rest in units
-            total += v
-        break
-    return total if total != value * unit else None
-
-
-#: the units of an amount written in digits and East Asian units: 천 百 and the like inside a
-#: myriad group, 만 億 and the like closing one
+#: the units inside a myriad group of an amount written in digits and East Asian units (천,
+#: 百 …); the group closes with a myriad (:data:`_MYRIADS`)
 _GROUP_UNITS = {"천": 1000, "백": 100, "십": 10, "千": 1000, "百": 100, "十": 10}
-_AMOUNT_UNITS = {**_GROUP_UNITS, **{w: 10**4 for w in "万萬만"}, **{w: 10**8 for w in "亿億억"},
-                 **{w: 10**12 for w in "兆조"}}
+_AMOUNT_UNITS = {**_GROUP_UNITS, **_MYRIADS}
 
 
 def _cjk_amount(text: str, pos: int) -> Decimal | None:
     """The whole amount that starts at ``pos`` when it is written in digits and units, a
     myriad group at a time: ``3천5백만`` = (3,000 + 500) x 10,000, ``1억 4천 2백만`` =
-    142,000,000, ``3千5百万``, ``37万5,000``; None for a lone number or one unit (read
-    already)."""
-    total, group, units, numbers = Decimal(0), Decimal(0), 0, 0
+    142,000,000, ``1億2,500万``, ``3万5千``, ``37万5,000``; None for a lone number with one
+    unit (read already). Units must fall as they go, within a group and from group to group
+    (``3万 5亿`` stops at 5)."""
+    total, group = Decimal(0), Decimal(0)
+    myriad, inner = 10**16, 10**4  # the smallest myriad and group unit read so far
+    units = numbers = 0
     while True:
         number = _NUMBER.match(text, pos)
         value = _amount_value(number.group()) if number else None
         if number is None or value is None:
             break
-        numbers += 1
         pos = number.end() + (1 if text[number.end():number.end() + 1] == " " else 0)
         unit = text[pos:pos + 1]
-        if unit in _GROUP_UNITS:
+        if _GROUP_UNITS.get(unit, inner) < inner:
             group += value * _GROUP_UNITS[unit]
+            inner = _GROUP_UNITS[unit]
             pos += 1
-            units += 1
+            numbers, units = numbers + 1, units + 1
             unit = text[pos:pos + 1]  # 5백만: the group's myriad right after its unit
-            if unit not in _AMOUNT_UNITS or unit in _GROUP_UNITS:
+            if unit not in _MYRIADS:
                 pos += 1 if unit == " " else 0
                 continue
             value = Decimal(0)
-        if unit in _AMOUNT_UNITS:
-            total += (group + value) * _AMOUNT_UNITS[unit]
-            group = Decimal(0)
-            pos += 1 + (1 if text[pos + 1:pos + 2] == " " else 0)
-            units += 1
-            continue
-        group += value  # the units after the last myriad (37万5,000)
-        break
+        elif unit not in _MYRIADS:
+            if value < min(inner, myriad):  # 37万5,000: the units after the last myriad
+                group += value
+                numbers += 1
+            break
+        else:
+            numbers += value > 0
+        if _MYRIADS[unit] >= myriad:
+            break
+        total += (group + value) * _MYRIADS[unit]
+        myriad, inner, group = _MYRIADS[unit], 10**4, Decimal(0)
+        pos += 1 + (1 if text[pos + 1:pos + 2] == " " else 0)
+        units += 1
     return total + group if units >= 2 or (units and numbers >= 2) else None
 
 
@@ -438,18 +420,7 @@ def read_numbers(text: str) -> SideNumbers | None:
             next_char = after[scale.end():scale.end() + 1]
             if word in _UNDER_MYRIAD and next_char in _MYRIADS:  # 3천만, 3千万: 30 million
                 factor *= _MYRIADS[next_char]
-                word = next_char
-                scale_end = scale.end() + 1
-            else:
-                scale_end = scale.end()
             extra += [[v * factor for v in r] for r in readings if len(r) == 1]
-            if word in _MYRIADS:
-                for reading in readings:
-                    whole = (_myriad_sum(text, m.end() + scale_end, reading[0] * (
-                        factor // _MYRIADS[word]), _MYRIADS[word]) if len(reading) == 1
-                        else None)
-                    if whole is not None:
-                        extra.append([whole])
         if after.lstrip(" ")[:1] in _AMOUNT_UNITS:  # 3천5백만, 1억 4천 2백만, 3千5百万
             amount = _cjk_amount(text, m.start())
             if amount is not None:
