@@ -98,6 +98,9 @@ class NormalizeConfig:
     """Text normalization; it changes rows (and flags them) but never rejects one."""
 
     html_unescape: bool = True
+    #: C1 controls (U+0080-U+009F) → the Windows-1252 characters of those bytes: text read
+    #: as Latin-1 gets its quotes back, and UTF-8 so read stays visible as mojibake
+    c1_as_cp1252: bool = True
     nfc: bool = True
     strip_invisible: bool = True
     collapse_whitespace: bool = True
@@ -124,6 +127,9 @@ class SideRules:
     reject_boilerplate: bool = True
     #: UTF-8 read as cp1252 or Latin-1 ("Ã©", "â€™", "å¥½") and U+FFFD replacement characters
     reject_mojibake: bool = True
+    #: words whose letters switch between Latin and Cyrillic or Greek inside them ("Тhе"):
+    #: look-alike letters swapped in, or UTF-8 read as cp1251
+    reject_mixed_script: bool = True
 
 
 @dataclass(frozen=True)
@@ -215,7 +221,9 @@ class AlignConfig:
     partial_z: float = _key(4.5, 0.0, why="0 turns the check off")
     #: … and by this many already where the side that says more also holds a sentence more:
     #: a sentence end with more text after it that the other side lacks (the next line glued
-    #: on, a sentence split that went wrong); 0 asks no less of such pairs
+    #: on, a sentence split that went wrong), or where the other side lost the end mark it
+    #: has (cut short), in a corpus whose sides seldom go without one; 0 asks no less of
+    #: such pairs
     partial_z_sentence: float = _key(2.5, 0.0, why="0 turns the allowance off")
     #: reject runs of rows one line out of step (a Moses file that lost a line): a run needs
     #: this many neighbouring rows whose lines translate each other better than their own;

@@ -79,6 +79,34 @@ def _nfc(texts: pa.Array) -> pa.Array:
 
 _ESCAPED_TWICE = re.compile("&amp;" + _ENTITY[1:])
 
+#: C1 controls as the Windows-1252 characters of the same bytes. Text written in cp1252 and
+#: read as Latin-1 carries them for its quotes, dashes and euro signs ("\x93Go\x94" is
+#: "“Go”"), and UTF-8 so read for every continuation byte in 0x80-0x9F ("Ã\x84rmel" is
+#: "Ärmel"): stripped as controls, those leave "Ãrmel", mojibake no rule can tell. Not
+#: U+0085 (a line break, made a space) nor the five bytes cp1252 leaves undefined (stripped).
+_C1_AS_CP1252 = {b: bytes([b]).decode("cp1252") for b in range(0x80, 0xA0)
+                 if b != 0x85 and b not in (0x81, 0x8D, 0x8F, 0x90, 0x9D)}
+_C1_TABLE = str.maketrans(_C1_AS_CP1252)
+#: what it replaces (a part of INVISIBLE: its rows are among the cleanup candidates)
+_C1 = r"[\x80-\x84\x86-\x9F]"
+
+
+def _c1_as_cp1252(texts: pa.Array) -> pa.Array:
+    """C1 controls → their cp1252 characters (:data:`_C1_AS_CP1252`), in the rows that hold
+    one (found from their UTF-8 bytes: C2 80-9F)."""
+    raw, offsets = utf8_bytes(texts)
+    if raw.size < 2:
+        return texts
+    at = np.flatnonzero(raw[:-1] == 0xC2)  # few: the lead of U+0080-U+00BF only
+    after = raw[at + 1]
+    at = at[(after <= 0x9F) & (after != 0x85)]  # after C2 come 80-BF: C1 is 80-9F
+    if not at.size:
+        return texts
+    rows = np.unique(np.searchsorted(offsets, at, side="right") - 1)
+    values = texts.take(pa.array(rows)).to_pylist()
+    fixed = pa.array([v.translate(_C1_TABLE) for v in values], pa.string())
+    return with_rows(texts.cast(pa.string()), rows, fixed)
+
 
 def _unescaped(text: str) -> str:
     """HTML entities → characters, and again where the text was escaped twice or three times
@@ -95,7 +123,8 @@ def _unescaped(text: str) -> str:
 
 
 def normalize_text(texts: pa.Array, config: NormalizeConfig) -> pa.Array:
-    """HTML entities → characters, NFC, invisible characters out, whitespace collapsed."""
+    """HTML entities → characters, C1 controls → their cp1252 characters, NFC, invisible
+    characters out, whitespace collapsed."""
     out = texts
     if config.html_unescape:
         has_entity = pc.match_substring_regex(out, _ENTITY).fill_null(False)
@@ -106,9 +135,12 @@ def normalize_text(texts: pa.Array, config: NormalizeConfig) -> pa.Array:
             out = with_rows(out.cast(pa.string()), rows, fixed)
     if config.nfc:
         out = _nfc(out)
+    # (NFC leaves C1 controls, and the cp1252 characters they become, as they are: the order
+    # of the two does not matter)
     wanted = [p for p, on in ((INVISIBLE, config.strip_invisible),
-                              (WHITESPACE, config.collapse_whitespace)) if on]
-    if wanted:  # the regex replacements run on the rows that need them only
+                              (WHITESPACE, config.collapse_whitespace),
+                              (_C1, config.c1_as_cp1252)) if on]
+    if wanted:  # the replacements run on the rows that need them only
         rows = np.flatnonzero(_cleanup_candidates(out))
         if len(rows):  # of the candidates, those the regex matches
             found = pc.match_substring_regex(out.take(pa.array(rows)), "|".join(wanted))
@@ -116,6 +148,8 @@ def normalize_text(texts: pa.Array, config: NormalizeConfig) -> pa.Array:
                                    dtype=bool)]
         if len(rows):
             fixed = out.take(pa.array(rows))
+            if config.c1_as_cp1252:
+                fixed = _c1_as_cp1252(fixed)
             if config.strip_invisible:
                 fixed = pc.replace_substring_regex(fixed, INVISIBLE, "")
             if config.collapse_whitespace:
