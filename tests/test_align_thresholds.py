@@ -120,25 +120,35 @@ def test_partial_translation_is_fitted_on_the_kept_rows_or_not_checked_with_a_re
     length = rng.integers(5, 40, n).astype(float)
     signs = np.stack([rng.normal(0.2, 0.3, n), rng.standard_normal(n), length])
     signs[:2, n - 400:] += 3.0  # the junk says more: a fit that took it would be wider
+    # every side ends its sentence but the targets of 10 real pairs
+    ends, more = np.ones((2, n), bool), np.zeros((2, n), bool)
+    ends[1, :10] = False
+    marks = (ends, more)
     warnings: list[str] = []
     fit = stage()._says_more(corpus, trained, thresholds, signs[0], (signs[1], signs[2]),
-                             _length_fit(), one_group=True, warnings=warnings)
+                             marks, _length_fit(), one_group=True, warnings=warnings)
     assert fit is not None and not warnings
+    # both sides end their sentences (the targets all but 10 of ~1,000 even pairs): a missing
+    # mark counts, the more the rarer it is
+    assert fit["judged_by_end"] == [True, True]
+    assert fit["unended"][0] == 0.0 and 0.0 < fit["unended"][1] < 0.02
+    assert fit["z_lost_end"][0] == pytest.approx(2.537, abs=1e-3)  # the 1-in-1,000 floor
+    assert 2.537 < fit["z_lost_end"][1] < 3.5
     kept = corpus >= -3.0  # the rows the threshold keeps, and only they, make the fit
     assert fit["fit"] == asdict(PartialFit.of(*signs[:, kept]))
     assert fit["fit"] != asdict(PartialFit.of(*signs))
     assert fit["fit"] == fit["fit_unseen"] and fit["rejected"] == fit["rejected_unseen"]
     assert 0.0 <= fit["rejected"] < 0.01  # a fit of these rows rejects next to none of them
     assert stage(partial_z=0.0)._says_more(corpus, trained, thresholds, signs[0],
-                                           (signs[1], signs[2]), _length_fit(),
+                                           (signs[1], signs[2]), marks, _length_fit(),
                                            one_group=True, warnings=warnings) is None
     assert not warnings  # turned off: nothing to say
-    assert stage()._says_more(corpus, trained, thresholds, signs[0], None, None,
+    assert stage()._says_more(corpus, trained, thresholds, signs[0], None, marks, None,
                               one_group=True, warnings=warnings) is None
     assert "no rules stage" in warnings[-1]
     few = stage()._says_more(corpus[:3], trained[:3], thresholds, signs[0, :3],
-                             (signs[1, :3], signs[2, :3]), _length_fit(), one_group=True,
-                             warnings=warnings)
+                             (signs[1, :3], signs[2, :3]), (ends[:, :3], more[:, :3]),
+                             _length_fit(), one_group=True, warnings=warnings)
     assert few is None and "too few pairs to fit" in warnings[-1]
 
 
