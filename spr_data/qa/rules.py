@@ -406,12 +406,13 @@ def copied_span(src: str, tgt: str) -> str | None:
     shorter, longer = sorted((len(words_a), len(words_b)))
     if size < 3:
         return None
-    # the stretches of 3 words or more, in order on both sides: a copy with a word changed
-    # here and there is cut into several ("Videos are circulating on social sagte showing
-    # the moment of impact.")
-    copied = sum(block.size for block in matcher.get_matching_blocks() if block.size >= 3)
-    if 2 * copied < shorter:
-        return None
+    if 2 * size < shorter:
+        # the stretches of 3 words or more, in order on both sides: a copy with a word
+        # changed here and there is cut into several ("Videos are circulating on social
+        # sagte showing the moment of impact.")
+        copied = sum(block.size for block in matcher.get_matching_blocks() if block.size >= 3)
+        if 2 * copied < shorter:
+            return None
     run = words_a[match.a:match.a + size]
     start, end = run[0].start(), run[-1].end()
     if size == shorter and longer - size >= max(3, size // 2):
