@@ -221,9 +221,10 @@ class AlignConfig:
     partial_z: float = _key(4.5, 0.0, why="0 turns the check off")
     #: … and by this many already where the side that says more also holds a sentence more:
     #: a sentence end with more text after it that the other side lacks (the next line glued
-    #: on, a sentence split that went wrong), or where the other side lost the end mark it
-    #: has (cut short), in a corpus whose sides seldom go without one; 0 asks no less of
-    #: such pairs
+    #: on, a sentence split that went wrong); where instead the other side lost the end mark
+    #: it has (cut short), in a corpus whose sides seldom go without one, by this many to
+    #: about 3.5, the fewer the rarer a missing mark among its real pairs (the report's
+    #: ``z_lost_end``); 0 asks no less of either
     partial_z_sentence: float = _key(2.5, 0.0, why="0 turns the allowance off")
     #: reject runs of rows one line out of step (a Moses file that lost a line): a run needs
     #: this many neighbouring rows whose lines translate each other better than their own;
