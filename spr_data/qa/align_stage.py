@@ -88,10 +88,10 @@ _SAMPLE_SALT = 3
 #: salt 4): its histograms and the junk share need tens of thousands of scores, not the
 #: whole training sample (300,000 pairs at 1M: scoring them was 4.6 s of the run)
 _CALIBRATION_ROWS = 65_536
+_CALIBRATION_SALT = 4
 #: pairs whose sides say about as much as each other: within this many spreads of the
 #: partial_translation fit (where whether a side ends its sentences is read)
 _EVEN_SPREADS = 1.0
-_CALIBRATION_SALT = 4
 #: a training sample is never cut below this many pairs (see _smallest_sample)
 _SMALLEST_SAMPLE = SMALLEST_SAMPLE
 #: the negatives the corpus' misaligned share is estimated from: re-paired pairs only. Cut
@@ -616,7 +616,7 @@ class AlignStage:
                 "unended": [None if u is None else round(u, 6) for u in unended],
                 "judged_by_end": judged,
                 "z_lost_end": [round(_z_lost_end(u, cfg.partial_z, cfg.partial_z_sentence), 6)
-                               if j and u is not None else None
+                               if u is not None and j else None
                                for u, j in zip(unended, judged, strict=True)],
                 "length_fit": asdict(length_fit),
                 "fit": asdict(fit), "rejected": beyond,
