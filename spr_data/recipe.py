@@ -151,6 +151,13 @@ class RulesConfig:
     #: … and whose ratio, relative to that centre, is above this (a side at least half as
     #: long as the other predicts is never a length mismatch)
     length_ratio_floor: float = _key(2.0, 1.0, why="a ratio relative to the centre, ≥ 1")
+    #: reject a pair where one side's mean word length lies this many spreads above the
+    #: corpus' own, alone and over the other side's (its spaces lost: ``spaces_lost``) …
+    reject_spaces_lost: bool = True
+    spaces_lost_z: float = _key(3.5, 0.0, low_open=True)
+    #: … and is over this many times what they predict (words of another language are
+    #: longer, but not twice as long)
+    spaces_lost_floor: float = _key(2.0, 1.0, why="a ratio relative to the centre, ≥ 1")
     reject_copied: bool = True
     numbers_must_match: bool = True
     #: reject a pair where one side ends a sentence and the other has its sentence end

@@ -1,0 +1,132 @@
+"""``spaces_lost``: a side whose words run together (a scraper or a PDF extraction lost its
+spaces) keeps its characters and its letters, so neither the length ratio nor a language id
+sees it; its mean word length does, measured against the corpus' own.
+
+Real text with long words (German compounds, Tamil, Georgian) stays: the spread is measured
+on the batch, and wider where the other side has few words.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from spr_data.qa.rules import RulesStage
+from spr_data.recipe import RulesConfig
+from tests.junk import Mix, multi30k, ntrex, read_lines, spr_rejections, tatoeba_ben, tatoeba_cmn
+
+Pair = tuple[str, str]
+
+
+def _ntrex_pairs(corpora: Path, lang: str) -> list[Pair]:
+    english = read_lines(corpora / "multiparallel/ntrex128/newstest2019-src.eng.txt.gz")
+    return [(s, t) for s, t in zip(english, ntrex(corpora, lang), strict=True)
+            if s.strip() and t.strip()]
+
+
+def _flagged(pairs: list[Pair], langs: list[str], **config: object) -> np.ndarray:
+    batch = pa.RecordBatch.from_arrays([pa.array([s for s, _ in pairs]),
+                                        pa.array([t for _, t in pairs])], ["src", "tgt"])
+    out = RulesStage(RulesConfig(**config), ("src", "tgt"), langs).apply(batch)  # type: ignore[arg-type]
+    return dict(out.rejects)["spaces_lost"]
+
+
+def _run_together(pairs: list[Pair], share: float, seed: int, side: int = 1
+                  ) -> tuple[list[Pair], np.ndarray]:
+    """``share`` of the pairs with one side's spaces removed (sides of 4 words or more)."""
+    rng = random.Random(seed)
+    candidates = [i for i, p in enumerate(pairs) if len(p[side].split()) >= 4]
+    junk = np.zeros(len(pairs), dtype=bool)
+    junk[rng.sample(candidates, min(len(candidates), int(len(pairs) * share)))] = True
+    out = []
+    for i, pair in enumerate(pairs):
+        changed = list(pair)
+        if junk[i]:
+            changed[side] = changed[side].replace(" ", "")
+        out.append((changed[0], changed[1]))
+    return out, junk
+
+
+@pytest.mark.parametrize(("lang", "code"), [("deu", "de"), ("rus", "ru"), ("hin", "hi"),
+                                            ("kor", "ko"), ("tam", "ta")])
+@pytest.mark.parametrize("share", [0.1, 0.5])
+def test_run_together_targets_are_caught_and_real_news_kept(corpora: Path, lang: str,
+                                                            code: str, share: float):
+    """NTREX news, a tenth or half of the targets run together: 0.95 of them caught, no real
+    pair flagged."""
+    pairs, junk = _run_together(_ntrex_pairs(corpora, lang), share, seed=7)
+    flagged = _flagged(pairs, ["en", code])
+    assert flagged[junk].mean() >= 0.95
+    assert not flagged[~junk].any(), [pairs[i] for i in np.flatnonzero(flagged & ~junk)[:3]]
+
+
+def test_either_side_and_short_sentences(corpora: Path):
+    """A run-together source is caught as well; Tatoeba's short Bengali sentences (a side of
+    4 words is one of 16 letters then) most of the time, Multi30k's captions at 0.99."""
+    pairs, junk = _run_together(multi30k(corpora)[:8000], 0.1, seed=3, side=0)
+    flagged = _flagged(pairs, ["en", "de"])
+    assert flagged[junk].mean() >= 0.95 and flagged[~junk].mean() <= 0.001
+    pairs, junk = _run_together(tatoeba_ben(corpora), 0.1, seed=3)
+    flagged = _flagged(pairs, ["en", "bn"])
+    assert flagged[junk].mean() >= 0.85 and flagged[~junk].mean() <= 0.001
+
+
+def test_longer_words_of_another_language_are_not_run_together(corpora: Path):
+    """German words are a quarter longer than English ones; on long sentences (two Multi30k
+    captions in one row) the spread is so narrow that a German side among English ones lies
+    over 3.5 spreads above, but not twice as long: not ``spaces_lost`` (the language id takes
+    such sides). Lower the floor to nothing and some are."""
+    pairs = multi30k(corpora)[:6001]
+    joined = [(a[0] + " " + b[0], a[1] + " " + b[1]) for a, b in itertools.pairwise(pairs)]
+    swapped = [(t, s) if i % 10 == 0 else (s, t) for i, (s, t) in enumerate(joined)]
+    assert not _flagged(swapped, ["en", "de"]).any()
+    assert _flagged(swapped, ["en", "de"], spaces_lost_floor=1.0)[::10].sum() >= 20
+
+
+def test_the_real_arabic_rows_that_lost_their_spaces_are_found(corpora: Path):
+    """NTREX's Arabic holds rows whose words really run together (``الصينوروسيابشأن``):
+    every row flagged holds a word of 15 letters or more, and the rule finds most of those."""
+    pairs = _ntrex_pairs(corpora, "arb")
+    flagged = _flagged(pairs, ["en", "ar"])
+    longest = np.array([max(len(w) for w in t.split()) for _, t in pairs])
+    assert flagged.sum() >= 20
+    assert (longest[flagged] >= 15).all()
+
+
+def test_sides_written_without_spaces_are_not_judged(corpora: Path):
+    """Chinese has no spaces to lose, and a Chinese side with a Latin name in it reads like
+    one long word: neither it nor its English partner is judged."""
+    pairs = tatoeba_cmn(corpora)[:6000]
+    pairs += [("I bought an iPhone yesterday at the shop.", "我昨天在商店买了一个iPhone。")] * 10
+    assert not _flagged(pairs, ["en", "zh"]).any()
+    squashed = [(s.replace(" ", ""), t) for s, t in pairs]  # the English side: not judged
+    assert not _flagged(squashed, ["en", "zh"]).any()
+
+
+def test_a_batch_too_small_to_measure_is_not_judged(corpora: Path):
+    pairs, junk = _run_together(_ntrex_pairs(corpora, "deu")[:199], 0.2, seed=1)
+    assert junk.any() and not _flagged(pairs, ["en", "de"]).any()
+
+
+def test_the_recipe_sets_the_spreads_and_turns_it_off(corpora: Path, tmp_path: Path):
+    """End to end through ``clean``: rejected as ``spaces_lost``; a looser bar flags fewer,
+    and ``reject_spaces_lost = false`` none."""
+    pairs, junk = _run_together(multi30k(corpora)[:3000], 0.1, seed=11)
+    labels = ["spaces_lost" if j else None for j in junk]
+    caught = {}
+    for name, keys in (("on", ""), ("loose", "spaces_lost_z = 12.0\n"),
+                       ("off", "reject_spaces_lost = false\n")):
+        recipe = tmp_path / f"{name}.toml"
+        recipe.write_text(f'stages = ["normalize", "rules"]\n[rules]\n{keys}', encoding="utf-8")
+        rejected, report = spr_rejections(Mix(pairs, labels), "en-de", tmp_path / name,
+                                          recipe=recipe, workers=1)
+        caught[name] = np.array([rejected.get(i) == "spaces_lost" for i in range(len(pairs))])
+        assert report["by_reason"].get("spaces_lost", 0) == caught[name].sum()
+    assert caught["on"][junk].mean() >= 0.95 and not caught["on"][~junk].any()
+    assert 0 < caught["loose"].sum() < caught["on"].sum()
+    assert not caught["off"].any()
