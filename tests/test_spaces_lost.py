@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -100,12 +101,28 @@ def test_the_real_arabic_rows_that_lost_their_spaces_are_found(corpora: Path):
 
 def test_sides_written_without_spaces_are_not_judged(corpora: Path):
     """Chinese has no spaces to lose, and a Chinese side with a Latin name in it reads like
-    one long word: neither it nor its English partner is judged."""
+    one long word: it is not judged."""
     pairs = tatoeba_cmn(corpora)[:6000]
     pairs += [("I bought an iPhone yesterday at the shop.", "我昨天在商店买了一个iPhone。")] * 10
     assert not _flagged(pairs, ["en", "zh"]).any()
-    squashed = [(s.replace(" ", ""), t) for s, t in pairs]  # the English side: not judged
-    assert not _flagged(squashed, ["en", "zh"]).any()
+
+
+@pytest.mark.parametrize(("pairs", "langs", "side"), [
+    (tatoeba_cmn, ["en", "zh"], 0),
+    (lambda corpora: _ntrex_pairs(corpora, "jpn"), ["en", "ja"], 0),
+    (lambda corpora: [(t, s) for s, t in _ntrex_pairs(corpora, "zho-CN")], ["zh", "en"], 1),
+])
+def test_a_side_run_together_opposite_one_without_spaces(corpora: Path, pairs: Any,
+                                                         langs: list[str], side: int):
+    """Against Chinese or Japanese only the partner's length says how many words the spaced
+    side should hold, so that side is judged alone, where the partner says 4 words' worth or
+    more and its words are 3 times the usual length: 0.95 of the run-together sides caught
+    (English sources of Tatoeba eng-cmn and NTREX en-ja, English targets of NTREX zh-en),
+    no real pair flagged; a one-word sentence (`Unbelievable!` / 难以置信！) stays."""
+    mixed, junk = _run_together(pairs(corpora), 0.1, seed=5, side=side)
+    flagged = _flagged(mixed, langs)
+    assert flagged[junk].mean() >= 0.95
+    assert not flagged[~junk].any(), [mixed[i] for i in np.flatnonzero(flagged & ~junk)[:3]]
 
 
 def test_a_batch_too_small_to_measure_is_not_judged(corpora: Path):
