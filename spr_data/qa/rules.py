@@ -892,7 +892,8 @@ class LengthRatioFit:
 
 
 #: bins of the other side's word count in which :func:`spaces_lost` measures the spread, the
-#: least rows a bin needs to count, and the least rows a side is judged on at all
+#: least rows a bin needs to count (half of them below the centre, where the spread is read),
+#: and the least rows a side is judged on at all
 _WORD_BINS = (1, 2, 3, 4, 6, 9, 14, 25)
 _MIN_BIN_ROWS = 50
 _MIN_SPACED_ROWS = 200
@@ -907,7 +908,7 @@ _WORDY = re.compile(r"[^\W_]")
 #: sides run together caught)
 _MIN_DENSE_WORDS = 4.0
 _DENSE_FLOOR = 3.0
-#: the least spread of a log mean word length a fit may give (a corpus of one phrase)
+#: the least spread of a log mean word length a fit may give (rows of nearly one length)
 _MIN_WORD_SPREAD = 0.05
 #: the clip around the centre, in spreads, and the median absolute deviation of a standard
 #: normal cut there over the uncut one's
@@ -915,7 +916,8 @@ _CLIP_SPREADS = 3.0
 _CLIPPED_MAD = 0.996
 
 
-def _word_length_z(x: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _word_length_z(x: np.ndarray, n: np.ndarray, fit_on: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
     """``x`` (a log mean word length) in spreads above the corpus' own, and its distance
     above it, the two measured on the rows themselves. The centre: the densest quarter of
     ``x`` (run-together sides lie above it, so the mode holds where a median would move with
@@ -923,12 +925,15 @@ def _word_length_z(x: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray
     (the median distance, as a normal's), then from both sides within 3 of those spreads, in
     each bin of ``n``, the other side's word count; ``var = floor + per_word / n`` through the
     bins (few words, more noise). With half the targets run together, a median and its
-    absolute deviation lost 0.3-0.5 of them."""
-    center = _densest(x, 0.25)[0]
+    absolute deviation lost 0.3-0.5 of them. Fitted on the rows ``fit_on`` (default all);
+    None where no bin holds enough rows below the centre to measure a spread on (a batch of
+    a few hundred short sentences spread over the bins)."""
+    fitted = np.ones(len(x), dtype=bool) if fit_on is None else fit_on
+    center = _densest(x[fitted], 0.25)[0]
     inv, var = [], []
     edges = (*_WORD_BINS, np.inf)
     for lo, hi in itertools.pairwise(edges):
-        inside = (n >= lo) & (n < hi)
+        inside = fitted & (n >= lo) & (n < hi)
         below = inside & (x < center)
         if int(below.sum()) >= _MIN_BIN_ROWS // 2:
             spread = float(np.median(center - x[below])) / _NORMAL_QUANTILE[0.5]
@@ -938,7 +943,9 @@ def _word_length_z(x: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray
             inv.append(1.0 / float(np.median(n[below])))
             var.append((float(np.median(np.abs(x[near] - center))) / _NORMAL_QUANTILE[0.5]
                         / _CLIPPED_MAD) ** 2)
-    floor, per_word = (var[0] if var else _MIN_WORD_SPREAD ** 2), 0.0
+    if not var:
+        return None
+    floor, per_word = var[0], 0.0
     if len(inv) >= 2 and np.ptp(inv) > 0:
         per_word, floor = (float(v) for v in np.polyfit(inv, var, 1))
         if per_word < 0:  # no more noise with fewer words: one spread for all
@@ -972,54 +979,87 @@ def spaces_lost(content: tuple[np.ndarray, np.ndarray], words: tuple[np.ndarray,
     characters) nor a language id (the same letters) sees.
 
     Per side, its mean word length (letters and digits over words) is measured against the
-    corpus' own twice: alone, and over the other side's. A side lies more than ``z`` spreads
-    above both (each spread measured on these rows, wider where the other side has few words:
-    :func:`_word_length_z`), and ``floor`` times the length they predict: words of another
-    language are a quarter longer (German for English), and on long sentences that is more
-    than 3.5 spreads, but words that lost the spaces between them are as long as 2, 4, 10 of
-    them. Sides written without spaces (a letter of Han, kana, Thai, Lao, Khmer, Myanmar or
-    Tibetan in them: ``words`` 0) are not judged. Their spaced partners are judged alone, the
-    words they should hold read off the dense side's length (``units``, in Latin letters),
-    and only where that says 4 words or more and their words are 3 times the usual length: a
-    short sentence may be one long word (``Unbelievable!`` / 难以置信！). A side of a batch
-    with fewer than 200 pairs to judge it on is not judged. Measured at 3.5 spreads and 2x on
-    136,445 real pairs (NTREX's 32 languages, the quality corpora), 32 flagged, 30 of them
-    NTREX Arabic rows that did lose their spaces; sides of 4 words or more with their spaces
-    removed, on the tests' corpora: 0.94-1.0 flagged (``tests/test_spaces_lost.py``;
-    held-out sets, docs/quality.md: 0.66-1.0)."""
-    out = np.zeros(len(judged), dtype=bool)
+    corpus' own twice: alone, and over the other side's. A side that lies more than ``z``
+    spreads above both (each spread measured on these rows, wider where the other side has
+    few words: :func:`_word_length_z`), and over ``floor`` times the length they predict, is
+    flagged. Why a floor: words of another language are a quarter longer (German for
+    English), and on long sentences that is more than 3.5 spreads; words that lost the spaces
+    between them are as long as 2, 4, 10 of them. Sides written without spaces (a letter of a
+    :data:`~spr_data.qa.scripts.CJK` script in them: Han, kana, Bopomofo, Yi, Thai, Lao,
+    Khmer, Myanmar, Tibetan; ``words`` 0) are not judged. Their spaced partners are judged
+    alone, the words they should hold read off the dense side's length (``units``, in Latin
+    letters), and only where that says 4 words or more and their words are 3 times the usual
+    length: a short sentence may be one long word (``Unbelievable!`` / 难以置信！). A side
+    of a batch with fewer than 200 pairs to judge it on is not judged, nor one whose spread
+    cannot be measured. Measured at 3.5 spreads and 2x on 136,445 real pairs (NTREX's 32
+    languages, the quality corpora), 32 flagged, 30 of them NTREX Arabic rows that did lose
+    their spaces; sides of 4 words or more with their spaces removed, on the tests' corpora:
+    0.94-1.0 flagged (``tests/test_spaces_lost.py``; held-out sets, docs/quality.md:
+    0.66-1.0)."""
     least = math.log(floor)
     sides = [(np.asarray(w, dtype=np.float64), np.asarray(c, dtype=np.float64),
               np.asarray(u, dtype=np.float64)) for w, c, u in zip(words, content, units,
                                                                   strict=True)]
-    for (own_words, own_content, _), (other_words, other_content, other_units) in (
-            sides, sides[::-1]):
+    # each side alone first, then against its partner on the rows whose partner is not run
+    # together alone: such a row lies far below the relative measure's centre and, read as a
+    # translation's spread, widened it (NTREX en-de with a tenth of the sources run together:
+    # targets run together caught 0.975 -> 0.15)
+    alone_flags = [np.zeros(len(judged), dtype=bool) for _ in sides]
+    candidates: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    for k, ((own_words, own_content, _), (other_words, other_content, other_units)) in \
+            enumerate((sides, sides[::-1])):
         spaced = judged & (own_words > 0) & (own_content > 0)
         both = spaced & (other_words > 0) & (other_content > 0)
         dense = spaced & (other_words == 0) & (other_units > 0)
         rows = np.flatnonzero(both | dense)
-        if len(rows) < _MIN_SPACED_ROWS:
+        measured = None
+        if len(rows) >= _MIN_SPACED_ROWS:
+            own, n_other = _own_length(own_content, own_words, rows, other_words, other_units,
+                                       both)
+            measured = _word_length_z(own, n_other)
+        if measured is None:
+            candidates.append((rows[:0], rows[:0], rows[:0], rows[:0]))
             continue
-        own = np.log(own_content[rows] / own_words[rows])
-        # the words the other side says: its own, or for a side without spaces (Chinese),
-        # its length over the words' usual length
-        paired = both[rows]
-        n_other = np.where(paired, other_words[rows],
-                           np.maximum(other_units[rows] / math.exp(float(np.median(own))), 1.0))
-        alone, above = _word_length_z(own, n_other)
+        (alone, above), paired = measured, both[rows]
         # against a side without spaces, only its length says how many words there were:
         # a short sentence may be one long word (`Unbelievable!`, 难以置信！)
-        run_together = (alone > z) & (above > least) & (
+        flagged = (alone > z) & (above > least) & (
             paired | ((n_other >= _MIN_DENSE_WORDS) & (above > math.log(_DENSE_FLOOR))))
+        alone_flags[k][rows[flagged]] = True
+        candidates.append((rows, own, n_other, flagged))
+    out = np.zeros(len(judged), dtype=bool)
+    for k, (rows, own, n_other, flagged) in enumerate(candidates):
+        if not len(rows):
+            continue
+        other_words, other_content, _ = sides[1 - k]
+        paired = other_words[rows] > 0
         pairs = rows[paired]
-        if len(pairs) >= _MIN_SPACED_ROWS:
-            relative, over = _word_length_z(
-                own[paired] - np.log(other_content[pairs] / other_words[pairs]), n_other[paired])
-            run_together[paired] &= (relative > z) & (over > least)
+        partner_whole = ~alone_flags[1 - k][pairs]
+        relative = None
+        if int(partner_whole.sum()) >= _MIN_SPACED_ROWS:
+            relative = _word_length_z(own[paired] - np.log(other_content[pairs]
+                                                           / other_words[pairs]),
+                                      n_other[paired], fit_on=partner_whole)
+        if relative is None:
+            flagged = flagged & ~paired
         else:
-            run_together[paired] = False
-        out[rows[run_together]] = True
+            flagged = flagged.copy()
+            flagged[paired] &= (relative[0] > z) & (relative[1] > least)
+        out[rows[flagged]] = True
     return out
+
+
+def _own_length(content: np.ndarray, words: np.ndarray, rows: np.ndarray,
+                other_words: np.ndarray, other_units: np.ndarray, paired: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """For :func:`spaces_lost`, on ``rows``: a side's log mean word length, and the words its
+    partner says: its own, or for a side without spaces (Chinese) its length over the words'
+    usual length (the side's densest quarter, which run-together sides do not move)."""
+    own = np.log(content[rows] / words[rows])
+    usual = math.exp(_densest(own, 0.25)[0])
+    n_other = np.where(paired[rows], other_words[rows],
+                       np.maximum(other_units[rows] / usual, 1.0))
+    return own, n_other
 
 
 def _normal(x: np.ndarray, center: float, var: np.ndarray | float) -> np.ndarray:
@@ -1139,8 +1179,9 @@ class RulesStage:
             tuple[np.ndarray, np.ndarray], list[tuple[str, np.ndarray]], np.ndarray,
             np.ndarray, np.ndarray, np.ndarray]:
         """Side ``i``'s rules over ``texts``: its script and letter shares, its rejects, and
-        per row the length units, letters and digits, digits and words the pair rules read
-        (words 0 where the row holds letters of a script written without spaces)."""
+        per row what the pair rules read: the length units, the letters and digits, the digits
+        alone, and the words ``spaces_lost`` counts (0 where the row holds letters of a
+        script written without spaces, and where the rule is off)."""
         prof = profile(texts)
         scripts = expected_scripts(self.langs[i])
         weight = _CHAR_WEIGHT.get(self.langs[i], 1.0)
@@ -1150,11 +1191,15 @@ class RulesStage:
         else:
             share = np.ones(len(texts))
         letter_share = _letter_share(texts, prof, self._side_config(i).min_letter_share)
-        needles = rows_containing(texts, _HTML_NEEDLES, _URL_NEEDLES, _BRACKETS)
+        spacing = len(self.text_columns) == 2 and self.config.reject_spaces_lost
+        needles = rows_containing(texts, _HTML_NEEDLES, _URL_NEEDLES,
+                                  *([_BRACKETS] if spacing else []))
         rejects = self._side_rejects(texts, prof, share, letter_share, self.sides[i],
                                      self._side_config(i), scripts is not None, needles[:2])
+        words = (_spaced_words(prof, texts, needles[2]) if spacing
+                 else np.zeros(len(texts), dtype=np.int64))
         return ((share, letter_share), rejects, _length_units(texts, self.langs[i], prof),
-                prof.letters + prof.digits, prof.digits, _spaced_words(prof, texts, needles[2]))
+                prof.letters + prof.digits, prof.digits, words)
 
     def _side_rejects(self, texts: pa.Array, prof: TextProfile, share: np.ndarray,
                       letter_share: np.ndarray, side: str, cfg: SideRules,
