@@ -892,10 +892,10 @@ class LengthRatioFit:
 
 
 #: bins of the other side's word count in which :func:`spaces_lost` measures the spread, the
-#: least rows a bin needs to count (half of them below the centre, where the spread is read),
-#: and the least rows a side is judged on at all
+#: least rows below the centre (where the spread is read) a bin needs to count, and the least
+#: rows a side is judged on at all
 _WORD_BINS = (1, 2, 3, 4, 6, 9, 14, 25)
-_MIN_BIN_ROWS = 50
+_MIN_BELOW_ROWS = 25
 _MIN_SPACED_ROWS = 200
 #: brackets, and what parts words in :func:`_spaced_words`: a word holds a letter or digit
 _BRACKETS = tuple(c.encode() for c in "()[]{}（）")
@@ -935,7 +935,7 @@ def _word_length_z(x: np.ndarray, n: np.ndarray, fit_on: np.ndarray | None = Non
     for lo, hi in itertools.pairwise(edges):
         inside = fitted & (n >= lo) & (n < hi)
         below = inside & (x < center)
-        if int(below.sum()) >= _MIN_BIN_ROWS // 2:
+        if int(below.sum()) >= _MIN_BELOW_ROWS:
             spread = float(np.median(center - x[below])) / _NORMAL_QUANTILE[0.5]
             # then both sides, within 3 of those spreads: a language whose long words come
             # in more often than its short ones (Korean's 카트리나(Katrina)는) widens it
@@ -1005,20 +1005,19 @@ def spaces_lost(content: tuple[np.ndarray, np.ndarray], words: tuple[np.ndarray,
     # translation's spread, widened it (NTREX en-de with a tenth of the sources run together:
     # targets run together caught 0.975 -> 0.15)
     alone_flags = [np.zeros(len(judged), dtype=bool) for _ in sides]
-    candidates: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    candidates: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None] = []
     for k, ((own_words, own_content, _), (other_words, other_content, other_units)) in \
             enumerate((sides, sides[::-1])):
         spaced = judged & (own_words > 0) & (own_content > 0)
         both = spaced & (other_words > 0) & (other_content > 0)
-        dense = spaced & (other_words == 0) & (other_units > 0)
-        rows = np.flatnonzero(both | dense)
+        rows = np.flatnonzero(both | (spaced & (other_words == 0) & (other_units > 0)))
         measured = None
         if len(rows) >= _MIN_SPACED_ROWS:
             own, n_other = _own_length(own_content, own_words, rows, other_words, other_units,
                                        both)
             measured = _word_length_z(own, n_other)
         if measured is None:
-            candidates.append((rows[:0], rows[:0], rows[:0], rows[:0]))
+            candidates.append(None)
             continue
         (alone, above), paired = measured, both[rows]
         # against a side without spaces, only its length says how many words there were:
@@ -1026,13 +1025,13 @@ def spaces_lost(content: tuple[np.ndarray, np.ndarray], words: tuple[np.ndarray,
         flagged = (alone > z) & (above > least) & (
             paired | ((n_other >= _MIN_DENSE_WORDS) & (above > math.log(_DENSE_FLOOR))))
         alone_flags[k][rows[flagged]] = True
-        candidates.append((rows, own, n_other, flagged))
+        candidates.append((rows, paired, own, n_other, flagged))
     out = np.zeros(len(judged), dtype=bool)
-    for k, (rows, own, n_other, flagged) in enumerate(candidates):
-        if not len(rows):
+    for k, candidate in enumerate(candidates):
+        if candidate is None:
             continue
+        rows, paired, own, n_other, flagged = candidate
         other_words, other_content, _ = sides[1 - k]
-        paired = other_words[rows] > 0
         pairs = rows[paired]
         partner_whole = ~alone_flags[1 - k][pairs]
         relative = None
@@ -1040,7 +1039,7 @@ def spaces_lost(content: tuple[np.ndarray, np.ndarray], words: tuple[np.ndarray,
             relative = _word_length_z(own[paired] - np.log(other_content[pairs]
                                                            / other_words[pairs]),
                                       n_other[paired], fit_on=partner_whole)
-        if relative is None:
+        if relative is None:  # no partner to measure against: its pairs are not judged
             flagged = flagged & ~paired
         else:
             flagged = flagged.copy()
