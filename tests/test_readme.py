@@ -80,3 +80,13 @@ def test_the_example_picks_threads_from_the_free_cores() -> None:
     assert example.pick_threads(3, cores=2, load=9.0) == 3  # --threads wins
     here = example.pick_threads()
     assert 1 <= here <= len(os.sched_getaffinity(0))
+
+
+def test_every_rule_of_the_rules_stage_has_a_row_in_the_reasons_table() -> None:
+    """A reject reason a user meets in ``report.json`` is explained in the README's table."""
+    from spr_data.qa.rules import PAIR_RULES, SIDE_RULES
+
+    text = README.read_text(encoding="utf-8")
+    missing = ([rule for rule in SIDE_RULES if f"`{rule}_{{side}}`" not in text]
+               + [rule for rule in PAIR_RULES if f"| `{rule}` |" not in text])
+    assert not missing, f"rules without a row in the README's reasons table: {missing}"

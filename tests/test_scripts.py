@@ -28,6 +28,7 @@ from spr_data.qa.scripts import (
     OTHER_SCRIPT,
     SCRIPT_NAMES,
     TextProfile,
+    ends_in_letter,
     expected_scripts,
     normalize_lang,
     profile,
@@ -187,6 +188,19 @@ def test_counts_agree_with_a_per_character_reference(texts: list[str | None],
     lo = data.draw(st.integers(0, len(texts)))
     hi = data.draw(st.integers(lo, len(texts)))
     assert_matches_reference(profile(arr.slice(lo, hi - lo)), texts[lo:hi])
+
+
+@given(texts=st.lists(st.one_of(st.none(), TEXT), max_size=12), data=st.data())
+def test_ends_in_letter_agrees_with_the_character_categories(texts: list[str | None],
+                                                             data: st.DataObject):
+    """The last code point decoded from the UTF-8 bytes (1 to 4 of them), letters (and letter
+    numbers: Ⅻ) and marks of any script, on sliced arrays too."""
+    arr = pa.array(texts, pa.string())
+    lo = data.draw(st.integers(0, len(texts)))
+    hi = data.draw(st.integers(lo, len(texts)))
+    expected = [bool(t) and (unicodedata.category(t[-1])[0] in "LM"
+                             or unicodedata.category(t[-1]) == "Nl") for t in texts[lo:hi]]
+    assert ends_in_letter(arr.slice(lo, hi - lo)).tolist() == expected
 
 
 @given(texts=st.lists(TEXT, max_size=12))
