@@ -163,9 +163,10 @@ class RulesConfig:
     #: reject a pair where one side ends a sentence and the other has its sentence end
     #: inside and none at its end (its words shuffled: ``sentence_end_inside``)
     reject_end_inside: bool = True
-    #: reject a pair where one side stops inside a word where the other ends its sentence
-    #: (its last word seen in the batch only as the start of longer ones: ``cut_mid_word``)
-    reject_cut_mid_word: bool = True
+    #: reject a pair where one side stops where no sentence ends and the other ends its
+    #: sentence (its last word seen in the batch only as the start of longer ones, or a
+    #: common word that ends no sentence there: ``cut_short``)
+    reject_cut_short: bool = True
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ __all__ = ["MAX_UNENDED_CUT", "PAIR_RULES", "SIDE_RULES", "LengthRatioFit", "Rul
 SIDE_RULES = ("empty", "too_short", "too_long", "url_only", "html", "boilerplate", "junk",
               "mojibake", "mixed_script", "script_mismatch", "repetition")
 PAIR_RULES = ("length_ratio", "spaces_lost", "copied_source", "copied_span", "numbers_mismatch",
-              "sentence_end_inside", "cut_mid_word")
+              "sentence_end_inside", "cut_short")
 
 _URLISH = (r"(?:https?://|ftp://|www\.)\S+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
            r"|(?:[A-Za-z]:)?(?:[\\/][\w.-]+){2,}[\\/]?|[\w-]+(?:\.[\w-]+)+/\S*")
@@ -625,30 +625,30 @@ def copied_spans(src: pa.Array, tgt: pa.Array, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def cut_mid_word(src: pa.Array, tgt: pa.Array, judged: np.ndarray,
+def cut_short(src: pa.Array, tgt: pa.Array, judged: np.ndarray,
                  scripts: tuple[tuple[str, ...] | None, tuple[str, ...] | None] = (None, None)
                  ) -> np.ndarray:
-    """Rows where one side stops inside a word where the other ends its sentence: a
-    segment cut at a length limit, a truncated crawl (``… und ich musste mich von ih``).
+    """Rows where one side stops where no sentence ends while the other ends its sentence:
+    a segment cut at a length limit, a truncated crawl (``… und ich musste mich von ih``).
 
-    The piece a cut leaves is not a word the corpus writes: the side's last word is seen
-    nowhere else in the batch's side whole (the last words of rows that end in a letter
-    aside: they may be pieces too) but starts a longer word there (``ihr``, ``ihre``). A real
-    side that goes without its end mark ends in a whole word ("… gewann die Auszeichnung" /
-    "… won the award."); a cut that falls between words, or leaves a piece that is a word
-    itself (``an`` of ``and``), is not seen. Only last words of letters of the side's
+    A cut mostly falls inside a word, and the piece it leaves is not a word the corpus
+    writes: the side's last word is seen nowhere else in the batch's side whole (the last
+    words of rows that end in a letter aside: they may be pieces too) but starts a longer
+    word there (``ihr``, ``ihre``). A cut between words often leaves a common word that ends
+    no sentence there (``… aufgrund seines Einsatzes bei``, ``… over the``). A real side that
+    goes without its end mark ends in a whole word that may end a sentence ("… gewann die
+    Auszeichnung" / "… won the award."). Only last words of letters of the side's
     ``scripts`` (where known; not of a script written without spaces) are judged: a name in
     another script has too few words beside it to be read against. Rows of ``judged`` only.
 
     Calibrated on the side's own last words of sentences (the word before an end mark), read
-    as a last word is: the share of them the test would take for pieces (a rare word seen
-    elsewhere only inflected) says how many real sides without their mark it would flag. The
-    flags are believed only at :data:`_MIN_EXCESS` times that (a corpus whose sides are cut
-    gives far more; a clean one gives none), and not in a side of under :data:`_MIN_WORDS`
+    as a side's last word is, each leaving itself out: the share of them the two tests would
+    flag says how many real sides without their mark they would. The flags are believed only
+    at :data:`_MIN_EXCESS` times that (a corpus whose sides are cut gives far more; a clean
+    one gives about that, and none stand), and not in a side of under :data:`_MIN_WORDS`
     words. Cost: words are read in rows spread over the batch that hold about
-    :data:`_READ_WORDS` words (and the rows judged); a last word not seen whole there but
-    starting a longer word is then looked for in the whole batch by one regex of literals
-    (:func:`_seen_whole`)."""
+    :data:`_READ_WORDS` words (and the rows judged); where flags may stand, the pieces not
+    seen whole there are looked for among all the batch's words."""
     out = np.zeros(len(src), dtype=bool)
     if not len(src) or not judged.any():
         return out
@@ -666,7 +666,8 @@ def cut_mid_word(src: pa.Array, tgt: pa.Array, judged: np.ndarray,
         rows = np.flatnonzero(candidates)
         if not len(rows):
             continue
-        last = pa.array(_last_words(side.take(pa.array(rows)).to_pylist()), pa.string())
+        last = pa.array(_last_words(pc.utf8_lower(side.take(pa.array(rows))).to_pylist()),
+                        pa.string())
         ok = _np(pc.match_substring_regex(last, letters)).astype(bool)
         ok &= _np(pc.utf8_length(last)) <= _MAX_CUT_WORD
         rows, last = rows[ok], last.filter(pa.array(ok))
@@ -677,46 +678,70 @@ def cut_mid_word(src: pa.Array, tgt: pa.Array, judged: np.ndarray,
         step = max(1, words // _READ_WORDS)
         read = unique(np.concatenate([np.arange(0, len(src), step), rows]))
         texts = side.take(pa.array(read))
-        inner = _words(texts, np.ones(len(read), dtype=bool))
-        ended = ~letter_end[read]
-        finals = pa.array(_last_words(texts.to_pylist(), skip_marks=True), pa.string())
-        finals = finals.filter(pa.array(ended))
+        inner = _word_counts(texts, np.ones(len(read), dtype=bool))
+        ended = _matches(texts, _SENTENCE_END)
+        finals = pa.array(_last_words(pc.utf8_lower(texts.filter(pa.array(ended))).to_pylist(),
+                                      skip_marks=True), pa.string())
         finals = finals.filter(pc.and_(pc.match_substring_regex(finals, letters),
                                        pc.less_equal(pc.utf8_length(finals), _MAX_CUT_WORD)))
         final_words = finals.to_pylist()
-        counts = collections.Counter(final_words)
+        ends = collections.Counter(final_words)
         lasts = last.to_pylist()
-        longer = sorted(inner.union(counts, lasts))
+        test = _LastWords(inner, ends, sorted(set(inner).union(ends, lasts)))
         suspects = {row: word for row, word in zip(rows.tolist(), lasts, strict=True)
-                    if word not in inner and word not in counts
-                    and _starts_longer(longer, word)}
-        # the corpus' own last words of sentences, read as a last word is (here without the
-        # second look in the whole batch: more are taken): how many real sides without their
-        # mark would be flagged. Only flags well above that are believed.
-        mistaken = sum(1 for word in final_words
-                       if word not in inner and counts[word] < 2 and _starts_longer(longer, word))
+                    if test.cut(word)}
+        # the corpus' own last words of sentences, read as a side's last word is (each
+        # leaving itself out; without the second look in the whole batch, so more are
+        # taken): how many real sides without their mark would be flagged. Only flags well
+        # above that are believed.
+        mistaken = sum(1 for word in final_words if test.cut(word, own=1))
         expected = (mistaken + 1) / (len(final_words) + 2) * len(rows)
         if len(suspects) <= _MIN_EXCESS * expected:  # the flags are some of the suspects
             continue
-        seen = _seen_whole(side, letter_end, set(suspects.values()))
+        # a piece not read whole in the rows read may be whole in another row of the batch
+        pieces = {word for word in suspects.values() if word not in inner}
+        seen = pieces.intersection(_word_counts(side, letter_end)) if pieces else set()
         flagged = [row for row, word in suspects.items() if word not in seen]
         if len(flagged) > _MIN_EXCESS * expected:
             out[flagged] = True
     return out
 
 
-#: the words a batch's side must hold for :func:`cut_mid_word` to judge it (in fewer, a real
+#: the words a batch's side must hold for :func:`cut_short` to judge it (in fewer, a real
 #: word is seen nowhere else too often: before the calibration below, 18 of LASER's 307
 #: Tamil Tatoeba pairs, verb stems like பேசு whose inflected forms were seen) …
 _MIN_WORDS = 10_000
 #: … and about how many of them it reads whole words in (rows spread over the batch)
 _READ_WORDS = 30_000
-#: how many times the flags a side's real last words would get :func:`cut_mid_word`'s
-#: flags must be to be believed (so two of three are cuts)
+#: how many times the flags a side's real last words would get :func:`cut_short`'s flags
+#: must be to be believed (so two of three are cuts)
 _MIN_EXCESS = 3.0
+#: how often a word must occur in the words read for ending no sentence there to say that a
+#: side ending in it was cut between words (at 10: real pairs flagged 4 -> 28 of 136,300)
+_COMMON_WORD = 30
 #: the longest last word judged, in characters (a cut leaves a piece shorter than its word)
 _MAX_CUT_WORD = 24
 _NOT_WORD = r"[^\p{L}\p{M}\p{N}]+"
+
+
+@dataclass(frozen=True)
+class _LastWords:
+    """What the words read in a batch's side say of a side's last word (:func:`cut_short`)."""
+
+    #: each word's count, but for the rows' last words
+    inner: dict[str, int]
+    #: the last words of sentences (before an end mark)
+    ends: collections.Counter[str]
+    #: every word read, sorted (for the words a piece starts)
+    ordered: list[str]
+
+    def cut(self, word: str, own: int = 0) -> bool:
+        """``word`` reads as where a cut stopped: a piece, seen nowhere whole but starting a
+        longer word, or a common word that ends no sentence (``von``, ``the``). ``own``: how
+        often ``word`` is counted among ``ends`` as itself (1 for a sentence's own last word)."""
+        if word not in self.inner:
+            return self.ends[word] <= own and _starts_longer(self.ordered, word)
+        return self.inner[word] >= _COMMON_WORD and self.ends[word] <= own
 
 
 def _word_letters(scripts: tuple[str, ...] | None) -> str | None:
@@ -742,9 +767,12 @@ def _is_word_char(ch: str) -> bool:
 
 
 def _last_words(texts: list[str | None], *, skip_marks: bool = False) -> list[str]:
-    """Each text's last word in lower case: the run of letters, marks and digits it ends in
-    ("" where it ends in none), or with ``skip_marks`` the last such run, past the marks and
-    spaces after it. In Python: a regex for it compiles its classes each call."""
+    """Each text's last word (the texts in lower case already, by Arrow, as every word
+    compared with it: Python's ``str.lower`` makes ``İ`` two code points, Arrow one): the run
+    of letters, marks and digits it ends in ("" where it ends in none), or with
+    ``skip_marks`` the last such run, past the marks and spaces after it. In Python: a regex
+    for it compiles its classes each call. (Python's ``unicodedata`` may be a Unicode version
+    behind RE2's: a letter added since reads as no word character here.)"""
     out = []
     for text in texts:
         text = text or ""
@@ -754,47 +782,30 @@ def _last_words(texts: list[str | None], *, skip_marks: bool = False) -> list[st
         start = end
         while start > 0 and _is_word_char(text[start - 1]):
             start -= 1
-        out.append(text[start:end].lower())
+        out.append(text[start:end])
     return out
 
 
-def _words(texts: pa.Array, letter_end: np.ndarray) -> set[str]:
-    """The distinct words of ``texts`` in lower case (runs of letters, marks and digits), but
-    for the last piece of the rows of ``letter_end``: split at spaces, then the distinct
-    pieces at the rest (one regex over far fewer strings)."""
+def _word_counts(texts: pa.Array | pa.ChunkedArray, drop_last: np.ndarray) -> dict[str, int]:
+    """How often each word of ``texts`` occurs, in lower case (runs of letters, marks and
+    digits), but for the last piece (between spaces) of the rows of ``drop_last``: a side's
+    last word that may be a piece, or one counted apart. Split at spaces, then the distinct
+    pieces at the rest (one regex over far fewer strings), summed in Arrow."""
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks()
     lists = pc.split_pattern(texts, " ")
     offsets = np.asarray(lists.offsets.to_numpy(), dtype=np.int64) - int(lists.offsets[0].as_py())
     keep = np.ones(int(offsets[-1]), dtype=bool)
-    drop = np.flatnonzero(letter_end & (offsets[1:] > offsets[:-1]))
+    drop = np.flatnonzero(drop_last & (offsets[1:] > offsets[:-1]))
     keep[offsets[drop + 1] - 1] = False
-    pieces = pc.unique(pc.utf8_lower(pc.unique(lists.flatten().filter(pa.array(keep)))))
-    words = pc.unique(pc.list_flatten(pc.split_pattern_regex(pieces, _NOT_WORD)))
-    found: set[str] = set(words.to_pylist())
-    found.discard("")
+    pieces = pc.value_counts(pc.utf8_lower(lists.flatten().filter(pa.array(keep))))
+    split = pc.split_pattern_regex(pieces.field(0), _NOT_WORD)
+    words = pa.table({"word": pc.list_flatten(split),
+                      "n": pieces.field(1).take(pc.list_parent_indices(split))})
+    summed = words.group_by("word").aggregate([("n", "sum")]).to_pydict()
+    found = dict(zip(summed["word"], summed["n_sum"], strict=True))
+    found.pop("", None)
     return found
-
-
-def _seen_whole(texts: pa.Array, letter_end: np.ndarray, words: set[str]) -> set[str]:
-    """Which of ``words`` (lower case runs of letters, marks and digits: no regex syntax)
-    ``texts`` hold whole, not as the last word of a row of ``letter_end``: the rows holding
-    one anywhere, by one regex of literals, then each place it is found there."""
-    pattern = "(?i)" + "|".join(sorted(words, key=len, reverse=True))
-    rows = np.flatnonzero(_matches(texts, pattern))
-    seen: set[str] = set()
-    for row, text in zip(rows.tolist(), texts.take(pa.array(rows)).to_pylist(), strict=True):
-        text = (text or "").lower()
-        end = len(text)
-        for word in words - seen:
-            at = text.find(word)
-            while at >= 0:
-                after = at + len(word)
-                if ((at == 0 or not _is_word_char(text[at - 1]))
-                        and ((after < end and not _is_word_char(text[after]))
-                             or (after == end and not letter_end[row]))):
-                    seen.add(word)
-                    break
-                at = text.find(word, at + 1)
-    return seen
 
 
 def repeated_whole(texts: pa.Array) -> np.ndarray:
@@ -1469,8 +1480,8 @@ class RulesStage:
         if cfg.reject_end_inside:
             rejects.append(("sentence_end_inside", sentence_ends_inside(
                 src, tgt, ~side_rejected & ~np.logical_or.reduce([m for _, m in rejects]))))
-        if cfg.reject_cut_mid_word:
-            rejects.append(("cut_mid_word", cut_mid_word(
+        if cfg.reject_cut_short:
+            rejects.append(("cut_short", cut_short(
                 src, tgt, ~side_rejected & ~np.logical_or.reduce([m for _, m in rejects]),
                 (expected_scripts(self.langs[0]), expected_scripts(self.langs[1])))))
         return rejects

@@ -1,11 +1,13 @@
-"""``cut_mid_word``: a side cut at a length limit (a truncated crawl, a segment field of fixed
-size) stops inside a word, where the other side ends its sentence. The piece it ends in is
-not a word the corpus writes: it is seen nowhere whole in the batch's side, but starts longer
-words there ("… und ich musste mich von ih": ``ihr``, ``ihre``).
+"""``cut_short``: a side cut at a length limit (a truncated crawl, a segment field of fixed
+size) stops where no sentence ends, where the other side ends its sentence. Mostly inside a
+word, and the piece it ends in is not a word the corpus writes: it is seen nowhere whole in
+the batch's side, but starts longer words there ("… und ich musste mich von ih": ``ihr``,
+``ihre``); or between words, after a common word that ends no sentence (``und``).
 
 A real side without its end mark ends in a whole word, which the corpus writes elsewhere (or
-which starts no longer word); a cut between words, or one that leaves a word (``an`` of
-``and``), is left to the align stage's ``partial_translation``.
+which starts no longer word, or ends sentences); a cut that leaves a rarer word is left to
+the align stage's ``partial_translation``. The flags stand only well above what the side's
+own last words of sentences, read the same way, would give.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def _flagged(pairs: list[Pair], langs: list[str], **config: object) -> np.ndarra
         batch = pa.RecordBatch.from_arrays([pa.array([s for s, _ in chunk]),
                                             pa.array([t for _, t in chunk])], ["src", "tgt"])
         stage = RulesStage(RulesConfig(**config), ("src", "tgt"), langs)  # type: ignore[arg-type]
-        parts.append(dict(stage.apply(batch).rejects)["cut_mid_word"])
+        parts.append(dict(stage.apply(batch).rejects)["cut_short"])
     return np.concatenate(parts)
 
 
@@ -81,18 +83,20 @@ def _cut(pairs: list[Pair], share: float, seed: int, side: int = 1
 def test_targets_cut_inside_a_word_are_caught_and_real_news_kept(corpora: Path, lang: str,
                                                                  code: str, share: float):
     """NTREX news, a tenth or half of the targets cut at 60% of their characters inside a
-    word: 0.4 of them caught here (measured 0.49-0.66; the rest end in a piece that is a
-    word, or stand beside an English headline without a full stop), no real pair flagged."""
+    word: half of them caught here (measured 0.53-0.74; the rest end in a piece that is a
+    rare word, or stand beside an English headline without a full stop). Real pairs flagged:
+    measured 0-1 of about 1,800 (an English headline ending in "… in the UK": a common word
+    that ends no sentence of the words read)."""
     pairs, junk = _cut(_ntrex_pairs(corpora, lang), share, seed=5)
     flagged = _flagged(pairs, ["en", code])
-    assert flagged[junk].mean() >= 0.4
-    assert not flagged[~junk].any(), [pairs[i] for i in np.flatnonzero(flagged & ~junk)[:3]]
+    assert flagged[junk].mean() >= 0.5
+    assert flagged[~junk].sum() <= 2, [pairs[i] for i in np.flatnonzero(flagged & ~junk)[:3]]
 
 
 def test_a_source_cut_inside_a_word_is_caught(corpora: Path):
     pairs, junk = _cut(_ntrex_pairs(corpora, "fra"), 0.25, seed=3, side=0)
     flagged = _flagged(pairs, ["en", "fr"])
-    assert flagged[junk].mean() >= 0.4 and not flagged[~junk].any()
+    assert flagged[junk].mean() >= 0.45 and flagged[~junk].sum() <= 2
 
 
 @pytest.mark.parametrize(("load", "langs", "most"), [
@@ -125,6 +129,15 @@ def test_a_piece_seen_only_inside_longer_words_is_flagged_a_whole_word_not(germa
              ("This is their home.", "Das ist ihr"),  # seen whole: a word
              ("We saw a lake.", "Wir sahen einen Bergseexyz")]  # no longer word: a rare word
     assert _flagged(pairs + german, ["en", "de"])[:4].tolist() == [True, False, False, False]
+
+
+def test_a_common_word_that_ends_no_sentence_is_a_cut_between_words(german: list[Pair]):
+    """``und`` is among the commonest words of the captions and ends none of their sentences:
+    a side that stops after it was cut; one that stops after ``Straße``, which ends many,
+    was not."""
+    pairs = [("Two men and a dog.", "Zwei Männer und"),
+             ("A man walks down the street.", "Ein Mann geht die Straße")]
+    assert _flagged(pairs + german, ["en", "de"])[:2].tolist() == [True, False]
 
 
 def test_only_where_the_other_side_ends_its_sentence(german: list[Pair]):
@@ -174,19 +187,31 @@ def test_letters_of_another_script_or_without_spaces_are_not_judged(corpora: Pat
     assert not _flagged(chinese, ["en", "zh"]).any()
 
 
+@pytest.mark.parametrize("city", ["Ankara", "İzmir"])
+def test_a_word_is_read_in_one_lower_case(corpora: Path, city: str):
+    """Turkish ``İ``: Python's ``str.lower`` makes it two code points, Arrow's one; a last
+    word lowered the one way was never found among words lowered the other (``İzmir`` seen
+    whole, its row flagged). Seen 10 times, not 30: a word that common and never a
+    sentence's last reads as a cut between words."""
+    probe = [(f"The meeting was held in {city}.", f"Toplantının yapıldığı yer: {city}"),
+             (f"He is from {city}.", f"O bir {city}li")]
+    seen = [(f"We went to {city} yesterday.", f"Dün {city} şehrine gittik.")] * 10
+    assert not _flagged(probe + seen + _ntrex_pairs(corpora, "tur"), ["en", "tr"])[0]
+
+
 def test_the_recipe_turns_it_off_and_clean_reports_it(corpora: Path, tmp_path: Path):
-    """End to end through ``clean``: rejected as ``cut_mid_word``; ``reject_cut_mid_word =
+    """End to end through ``clean``: rejected as ``cut_short``; ``reject_cut_short =
     false`` none."""
     pairs, junk = _cut(multi30k(corpora)[:3000], 0.1, seed=11)
-    labels = ["cut_mid_word" if j else None for j in junk]
+    labels = ["cut_short" if j else None for j in junk]
     caught = {}
-    for name, keys in (("on", ""), ("off", "reject_cut_mid_word = false\n")):
+    for name, keys in (("on", ""), ("off", "reject_cut_short = false\n")):
         recipe = tmp_path / f"{name}.toml"
         recipe.write_text(f'stages = ["normalize", "rules"]\n[rules]\n{keys}', encoding="utf-8")
         rejected, report = spr_rejections(Mix(pairs, labels), "en-de", tmp_path / name,
                                           recipe=recipe, workers=1)
-        caught[name] = np.array([rejected.get(i) == "cut_mid_word" for i in range(len(pairs))])
-        assert report["by_reason"].get("cut_mid_word", 0) == caught[name].sum()
+        caught[name] = np.array([rejected.get(i) == "cut_short" for i in range(len(pairs))])
+        assert report["by_reason"].get("cut_short", 0) == caught[name].sum()
     # measured: 0.61 caught, 1 real pair of 2,700 ("… in a cold weather": only "weathered"
     # seen in 3,000 captions)
     assert caught["on"][junk].mean() >= 0.5 and caught["on"][~junk].sum() <= 2
