@@ -666,27 +666,24 @@ def cut_short(src: pa.Array, tgt: pa.Array, judged: np.ndarray,
         rows = np.flatnonzero(candidates)
         if not len(rows):
             continue
-        last = pa.array(_last_words(pc.utf8_lower(side.take(pa.array(rows))).to_pylist()),
-                        pa.string())
-        ok = _np(pc.match_substring_regex(last, letters)).astype(bool)
-        ok &= _np(pc.utf8_length(last)) <= _MAX_CUT_WORD
-        rows, last = rows[ok], last.filter(pa.array(ok))
-        if not len(rows):
-            continue
-        # whole words: in the rows read, but for each row's last (a letter-ended row's may
-        # be a piece; a sentence's is counted apart, to read the corpus' own last words)
+        # words are read in rows spread over the batch and the candidates': each row's last
+        # word apart (a letter-ended row's may be a piece; a sentence's is counted apart, to
+        # read the corpus' own last words)
         step = max(1, words // _READ_WORDS)
         read = unique(np.concatenate([np.arange(0, len(src), step), rows]))
         texts = side.take(pa.array(read))
-        inner = _word_counts(texts, np.ones(len(read), dtype=bool))
-        ended = _matches(texts, _SENTENCE_END)
-        finals = pa.array(_last_words(pc.utf8_lower(texts.filter(pa.array(ended))).to_pylist(),
-                                      skip_marks=True), pa.string())
-        finals = finals.filter(pc.and_(pc.match_substring_regex(finals, letters),
-                                       pc.less_equal(pc.utf8_length(finals), _MAX_CUT_WORD)))
-        final_words = finals.to_pylist()
+        inner, read_last = _read_words(texts)
+        judgeable = _np(pc.match_substring_regex(read_last, letters)).astype(bool)
+        judgeable &= _np(pc.utf8_length(read_last)) <= _MAX_CUT_WORD
+        at = np.searchsorted(read, rows)
+        rows, at = rows[judgeable[at]], at[judgeable[at]]
+        if not len(rows):
+            continue
+        last_words = read_last.to_pylist()
+        lasts = [last_words[k] for k in at.tolist()]
+        ended = _matches(texts, _SENTENCE_END) & judgeable
+        final_words = [last_words[k] for k in np.flatnonzero(ended).tolist()]
         ends = collections.Counter(final_words)
-        lasts = last.to_pylist()
         test = _LastWords(inner, ends, sorted(set(inner).union(ends, lasts)))
         suspects = {row: word for row, word in zip(rows.tolist(), lasts, strict=True)
                     if test.cut(word)}
@@ -762,50 +759,59 @@ def _starts_longer(ordered: list[str], word: str) -> bool:
     return at < len(ordered) and ordered[at].startswith(word)
 
 
-def _is_word_char(ch: str) -> bool:
-    return ch.isalnum() or unicodedata.category(ch)[0] == "M"
-
-
-def _last_words(texts: list[str | None], *, skip_marks: bool = False) -> list[str]:
-    """Each text's last word (the texts in lower case already, by Arrow, as every word
-    compared with it: Python's ``str.lower`` makes ``İ`` two code points, Arrow one): the run
-    of letters, marks and digits it ends in ("" where it ends in none), or with
-    ``skip_marks`` the last such run, past the marks and spaces after it. In Python: a regex
-    for it compiles its classes each call. (Python's ``unicodedata`` may be a Unicode version
-    behind RE2's: a letter added since reads as no word character here.)"""
-    out = []
-    for text in texts:
-        text = text or ""
-        end = len(text)
-        while skip_marks and end > 0 and not _is_word_char(text[end - 1]):
-            end -= 1
-        start = end
-        while start > 0 and _is_word_char(text[start - 1]):
-            start -= 1
-        out.append(text[start:end])
-    return out
-
-
-def _word_counts(texts: pa.Array | pa.ChunkedArray, drop_last: np.ndarray) -> dict[str, int]:
-    """How often each word of ``texts`` occurs, in lower case (runs of letters, marks and
-    digits), but for the last piece (between spaces) of the rows of ``drop_last``: a side's
-    last word that may be a piece, or one counted apart. Split at spaces, then the distinct
-    pieces at the rest (one regex over far fewer strings), summed in Arrow."""
+def _spaced_pieces(texts: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
+    """The pieces of ``texts`` between spaces, one after another, and each row's offsets into
+    them (``n + 1``)."""
     if isinstance(texts, pa.ChunkedArray):
         texts = texts.combine_chunks()
     lists = pc.split_pattern(texts, " ")
     offsets = np.asarray(lists.offsets.to_numpy(), dtype=np.int64) - int(lists.offsets[0].as_py())
-    keep = np.ones(int(offsets[-1]), dtype=bool)
-    drop = np.flatnonzero(drop_last & (offsets[1:] > offsets[:-1]))
-    keep[offsets[drop + 1] - 1] = False
-    pieces = pc.value_counts(pc.utf8_lower(lists.flatten().filter(pa.array(keep))))
-    split = pc.split_pattern_regex(pieces.field(0), _NOT_WORD)
+    return lists.flatten(), offsets
+
+
+def _counted(pieces: pa.Array) -> dict[str, int]:
+    """How often each word of ``pieces`` occurs, in lower case (runs of letters, marks and
+    digits): the distinct pieces split at the rest (one regex over far fewer strings), summed
+    in Arrow."""
+    distinct = pc.value_counts(pc.utf8_lower(pieces))
+    split = pc.split_pattern_regex(distinct.field(0), _NOT_WORD)
     words = pa.table({"word": pc.list_flatten(split),
-                      "n": pieces.field(1).take(pc.list_parent_indices(split))})
+                      "n": distinct.field(1).take(pc.list_parent_indices(split))})
     summed = words.group_by("word").aggregate([("n", "sum")]).to_pydict()
     found = dict(zip(summed["word"], summed["n_sum"], strict=True))
     found.pop("", None)
     return found
+
+
+def _word_counts(texts: pa.Array | pa.ChunkedArray, drop_last: np.ndarray) -> dict[str, int]:
+    """How often each word of ``texts`` occurs (:func:`_counted`), but for the last piece
+    (between spaces) of the rows of ``drop_last``: a side's last word that may be a piece."""
+    pieces, offsets = _spaced_pieces(texts)
+    keep = np.ones(len(pieces), dtype=bool)
+    drop = np.flatnonzero(drop_last & (offsets[1:] > offsets[:-1]))
+    keep[offsets[drop + 1] - 1] = False
+    return _counted(pieces.filter(pa.array(keep)))
+
+
+def _read_words(texts: pa.Array) -> tuple[dict[str, int], pa.Array]:
+    """How often each word of ``texts`` occurs but for each row's last piece, and each row's
+    last word: the last run of letters, marks and digits in its last two pieces (a tokenized
+    side ends in a lone mark, ``Hund .``), "" where there is none; all in lower case by
+    Arrow (Python's ``str.lower`` makes Turkish ``İ`` two code points, Arrow one)."""
+    pieces, offsets = _spaced_pieces(texts)
+    if not len(pieces):  # every row null
+        return {}, pa.array([""] * len(texts), pa.string())
+    sizes = offsets[1:] - offsets[:-1]
+    last = np.maximum(offsets[1:] - 1, 0)
+    keep = np.ones(len(pieces), dtype=bool)
+    keep[last[sizes > 0]] = False
+    counts = _counted(pieces.filter(pa.array(keep)))
+    before = pc.if_else(pa.array(sizes >= 2), pieces.take(pa.array(np.maximum(last - 1, 0))), "")
+    tail = pc.if_else(pa.array(sizes >= 1), pieces.take(pa.array(last)), "")
+    tails = pc.binary_join_element_wise(before, tail, " ")
+    split = pc.split_pattern_regex(pc.utf8_lower(tails), _NOT_WORD).to_pylist()
+    lasts = [next((word for word in reversed(words) if word), "") for words in split]
+    return counts, pa.array(lasts, pa.string())
 
 
 def repeated_whole(texts: pa.Array) -> np.ndarray:
