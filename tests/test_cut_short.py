@@ -140,6 +140,18 @@ def test_a_common_word_that_ends_no_sentence_is_a_cut_between_words(german: list
     assert _flagged(pairs + german, ["en", "de"])[:2].tolist() == [True, False]
 
 
+def test_large_string_columns_are_read_the_same(german: list[Pair]):
+    """The clean stage hands the rules large_string columns after some stages: the words
+    are split and joined in the column's own type."""
+    pairs = [("I had to say goodbye to her.", "Ich musste mich von ih"),
+             ("Two men and a dog.", "Zwei Männer und"), *german]
+    columns = [pa.array([p[k] for p in pairs], pa.large_string()) for k in (0, 1)]
+    batch = pa.RecordBatch.from_arrays(columns, ["src", "tgt"])
+    large = dict(RulesStage(RulesConfig(), ("src", "tgt"), ["en", "de"]).apply(batch).rejects)
+    assert np.array_equal(large["cut_short"], _flagged(pairs, ["en", "de"]))
+    assert large["cut_short"][:2].all()
+
+
 def test_only_where_the_other_side_ends_its_sentence(german: list[Pair]):
     """A headline pair, neither side ended: a real side that ends without its mark may end
     in a rare word; the rule reads a cut only where the other side ends a sentence."""

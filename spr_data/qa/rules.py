@@ -201,6 +201,19 @@ _PAIR_PATTERNS = {page: _pair_pattern((page,)) for page in _CODE_PAGES}
 _ANY_PAIR = _pair_pattern(_CODE_PAGES)
 
 
+def _two_non_ascii(texts: pa.Array) -> np.ndarray:
+    """Rows with two characters beyond ASCII side by side (a continuation byte, then a lead
+    byte), which every match of :data:`_ANY_PAIR` holds: the regex, its classes hundreds of
+    characters long, scanned 8,192 English rows in 17 ms; this scan of the bytes takes 1.5."""
+    raw, offsets = utf8_bytes(texts)
+    out = np.zeros(len(offsets) - 1, dtype=bool)
+    if raw.size < 2:
+        return out
+    at = np.flatnonzero((raw[:-1] >= 0x80) & (raw[:-1] < 0xC0) & (raw[1:] >= 0xC2))
+    out[np.searchsorted(offsets, at, side="right") - 1] = True
+    return out
+
+
 def _legacy_mojibake(texts: pa.Array) -> np.ndarray:
     """1 where a row reads as UTF-8 misread as one of :data:`_CODE_PAGES` (see
     :func:`_misread_row`): "Р”Р°" is "Да" read as cp1251, "ط§ظ„" "ال" read as cp1256.
@@ -209,7 +222,10 @@ def _legacy_mojibake(texts: pa.Array) -> np.ndarray:
     their non-ASCII characters are tried: a misread text is almost all such pairs, while real
     Ukrainian or Urdu text holds a few (Сі, Ні), and trying every such row cost 20-28 µs each."""
     out = np.zeros(len(texts), dtype=np.float64)
-    some = np.flatnonzero(_np(pc.match_substring_regex(texts, _ANY_PAIR).fill_null(False)))
+    some = np.flatnonzero(_two_non_ascii(texts))
+    if len(some):
+        some = some[_np(pc.match_substring_regex(texts.take(pa.array(some)), _ANY_PAIR)
+                        .fill_null(False)).astype(bool)]
     if not len(some):
         return out
     candidates = texts.take(pa.array(some))
@@ -806,9 +822,11 @@ def _read_words(texts: pa.Array) -> tuple[dict[str, int], pa.Array]:
     keep = np.ones(len(pieces), dtype=bool)
     keep[last[sizes > 0]] = False
     counts = _counted(pieces.filter(pa.array(keep)))
-    before = pc.if_else(pa.array(sizes >= 2), pieces.take(pa.array(np.maximum(last - 1, 0))), "")
-    tail = pc.if_else(pa.array(sizes >= 1), pieces.take(pa.array(last)), "")
-    tails = pc.binary_join_element_wise(before, tail, " ")
+    nothing, space = pa.scalar("", pieces.type), pa.scalar(" ", pieces.type)
+    before = pc.if_else(pa.array(sizes >= 2), pieces.take(pa.array(np.maximum(last - 1, 0))),
+                        nothing)
+    tail = pc.if_else(pa.array(sizes >= 1), pieces.take(pa.array(last)), nothing)
+    tails = pc.binary_join_element_wise(before, tail, space)
     split = pc.split_pattern_regex(pc.utf8_lower(tails), _NOT_WORD).to_pylist()
     lasts = [next((word for word in reversed(words) if word), "") for words in split]
     return counts, pa.array(lasts, pa.string())
