@@ -735,6 +735,7 @@ _COMMON_WORD = 30
 #: the longest last word judged, in characters (a cut leaves a piece shorter than its word)
 _MAX_CUT_WORD = 24
 _NOT_WORD = r"[^\p{L}\p{M}\p{N}]+"
+_WORD_CHAR = r"[\p{L}\p{M}\p{N}]"
 
 
 @dataclass(frozen=True)
@@ -811,9 +812,10 @@ def _word_counts(texts: pa.Array | pa.ChunkedArray, drop_last: np.ndarray) -> di
 
 def _read_words(texts: pa.Array) -> tuple[dict[str, int], pa.Array]:
     """How often each word of ``texts`` occurs but for each row's last piece, and each row's
-    last word: the last run of letters, marks and digits in its last two pieces (a tokenized
-    side ends in a lone mark, ``Hund .``), "" where there is none; all in lower case by
-    Arrow (Python's ``str.lower`` makes Turkish ``İ`` two code points, Arrow one)."""
+    last word: the last run of letters, marks and digits in the last piece that holds one
+    (past the marks and spaces after it: ``Hund .``, ``« Hund » .``), "" where there is none;
+    all in lower case by Arrow (Python's ``str.lower`` makes Turkish ``İ`` two code points,
+    Arrow one)."""
     pieces, offsets = _spaced_pieces(texts)
     if not len(pieces):  # every row null
         return {}, pa.array([""] * len(texts), pa.string())
@@ -822,11 +824,13 @@ def _read_words(texts: pa.Array) -> tuple[dict[str, int], pa.Array]:
     keep = np.ones(len(pieces), dtype=bool)
     keep[last[sizes > 0]] = False
     counts = _counted(pieces.filter(pa.array(keep)))
-    nothing, space = pa.scalar("", pieces.type), pa.scalar(" ", pieces.type)
-    before = pc.if_else(pa.array(sizes >= 2), pieces.take(pa.array(np.maximum(last - 1, 0))),
-                        nothing)
-    tail = pc.if_else(pa.array(sizes >= 1), pieces.take(pa.array(last)), nothing)
-    tails = pc.binary_join_element_wise(before, tail, space)
+    # each row's last piece with a word character: the latest such piece up to the row's end,
+    # if it lies in the row
+    wordy = _np(pc.match_substring_regex(pieces, _WORD_CHAR).fill_null(False)).astype(bool)
+    latest = np.maximum.accumulate(np.where(wordy, np.arange(len(pieces)), -1))[last]
+    found = (sizes > 0) & (latest >= offsets[:-1])
+    tails = pc.if_else(pa.array(found), pieces.take(pa.array(np.maximum(latest, 0))),
+                       pa.scalar("", pieces.type))
     split = pc.split_pattern_regex(pc.utf8_lower(tails), _NOT_WORD).to_pylist()
     lasts = [next((word for word in reversed(words) if word), "") for words in split]
     return counts, pa.array(lasts, pa.string())
