@@ -440,6 +440,34 @@ def ntrex(corpora: Path, lang: str) -> list[str]:
     return read_lines(corpora / f"multiparallel/ntrex128/newstest2019-ref.{lang}.txt.gz")
 
 
+def ntrex_pairs(corpora: Path, lang: str) -> list[Pair]:
+    """NTREX's English news beside its ``lang`` references, the rows with both sides."""
+    english = read_lines(corpora / "multiparallel/ntrex128/newstest2019-src.eng.txt.gz")
+    return [(s, t) for s, t in zip(english, ntrex(corpora, lang), strict=True)
+            if s.strip() and t.strip()]
+
+
+def rule_flags(pairs: Sequence[Pair], langs: list[str], rule: str, *,
+               batch_rows: int | None = None, **config: Any) -> Any:
+    """The rows the rules stage rejects as ``rule`` (a bool array), ``batch_rows`` pairs a
+    batch (default: all in one), with ``config`` as the recipe's ``[rules]`` keys."""
+    import numpy as np
+    import pyarrow as pa
+
+    from spr_data.qa.rules import RulesStage
+    from spr_data.recipe import RulesConfig
+
+    size = batch_rows or max(len(pairs), 1)
+    parts = []
+    for lo in range(0, len(pairs), size):
+        chunk = pairs[lo:lo + size]
+        batch = pa.RecordBatch.from_arrays([pa.array([s for s, _ in chunk]),
+                                            pa.array([t for _, t in chunk])], ["src", "tgt"])
+        stage = RulesStage(RulesConfig(**config), ("src", "tgt"), langs)
+        parts.append(dict(stage.apply(batch).rejects)[rule])
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+
+
 def _tsv(path: Path) -> list[Pair]:
     rows = [line.split("\t") for line in read_lines(path) if line]
     return [(r[0], r[1]) for r in rows]

@@ -24,9 +24,9 @@ from spr_data.recipe import RulesConfig
 from tests.junk import (
     Mix,
     multi30k,
-    ntrex,
+    ntrex_pairs,
     opennmt_wmt,
-    read_lines,
+    rule_flags,
     spr_rejections,
     tatoeba_ben,
     tatoeba_cmn,
@@ -35,22 +35,10 @@ from tests.junk import (
 Pair = tuple[str, str]
 
 
-def _ntrex_pairs(corpora: Path, lang: str) -> list[Pair]:
-    english = read_lines(corpora / "multiparallel/ntrex128/newstest2019-src.eng.txt.gz")
-    return [(s, t) for s, t in zip(english, ntrex(corpora, lang), strict=True)
-            if s.strip() and t.strip()]
-
-
 def _flagged(pairs: list[Pair], langs: list[str], **config: object) -> np.ndarray:
     """The rule over the pairs, a batch of 16,384 rows at a time (the clean stage's size)."""
-    parts = []
-    for lo in range(0, len(pairs), 16384):
-        chunk = pairs[lo:lo + 16384]
-        batch = pa.RecordBatch.from_arrays([pa.array([s for s, _ in chunk]),
-                                            pa.array([t for _, t in chunk])], ["src", "tgt"])
-        stage = RulesStage(RulesConfig(**config), ("src", "tgt"), langs)  # type: ignore[arg-type]
-        parts.append(dict(stage.apply(batch).rejects)["cut_short"])
-    return np.concatenate(parts)
+    flags: np.ndarray = rule_flags(pairs, langs, "cut_short", batch_rows=16384, **config)
+    return flags
 
 
 def _inside_a_word(text: str, share: float = 0.6) -> str | None:
@@ -87,14 +75,14 @@ def test_targets_cut_inside_a_word_are_caught_and_real_news_kept(corpora: Path, 
     rare word, or stand beside an English headline without a full stop). Real pairs flagged:
     measured 0-1 of about 1,800 (an English headline ending in "… in the UK": a common word
     that ends no sentence of the words read)."""
-    pairs, junk = _cut(_ntrex_pairs(corpora, lang), share, seed=5)
+    pairs, junk = _cut(ntrex_pairs(corpora, lang), share, seed=5)
     flagged = _flagged(pairs, ["en", code])
     assert flagged[junk].mean() >= 0.5
     assert flagged[~junk].sum() <= 2, [pairs[i] for i in np.flatnonzero(flagged & ~junk)[:3]]
 
 
 def test_a_source_cut_inside_a_word_is_caught(corpora: Path):
-    pairs, junk = _cut(_ntrex_pairs(corpora, "fra"), 0.25, seed=3, side=0)
+    pairs, junk = _cut(ntrex_pairs(corpora, "fra"), 0.25, seed=3, side=0)
     flagged = _flagged(pairs, ["en", "fr"])
     assert flagged[junk].mean() >= 0.45 and flagged[~junk].sum() <= 2
 
@@ -221,7 +209,7 @@ def test_letters_of_another_script_or_without_spaces_are_not_judged(corpora: Pat
     filler = [("They live in Hamburg.", "Они живут в Гамбурге. Hamburger Hafen.")] * 20
     pairs = [("He flew to Hamburg.", "Он полетел в Hamb"),
              ("He flew to Hamburg.", "Он полетел в Гамбу")]
-    russian = pairs + filler + _ntrex_pairs(corpora, "rus")
+    russian = pairs + filler + ntrex_pairs(corpora, "rus")
     assert _flagged(russian, ["en", "ru"])[:2].tolist() == [False, True]
     chinese = [(s, t[: int(len(t) * 0.6)]) for s, t in tatoeba_cmn(corpora)[:3000]]
     assert not _flagged(chinese, ["en", "zh"]).any()
@@ -236,7 +224,7 @@ def test_a_word_is_read_in_one_lower_case(corpora: Path, city: str):
     probe = [(f"The meeting was held in {city}.", f"Toplantının yapıldığı yer: {city}"),
              (f"He is from {city}.", f"O bir {city}li")]
     seen = [(f"We went to {city} yesterday.", f"Dün {city} şehrine gittik.")] * 10
-    assert not _flagged(probe + seen + _ntrex_pairs(corpora, "tur"), ["en", "tr"])[0]
+    assert not _flagged(probe + seen + ntrex_pairs(corpora, "tur"), ["en", "tr"])[0]
 
 
 def test_the_recipe_turns_it_off_and_clean_reports_it(corpora: Path, tmp_path: Path):

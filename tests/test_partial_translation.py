@@ -32,7 +32,7 @@ from spr_data.qa.rules import (
     unended_shares,
 )
 from spr_data.recipe import load_recipe
-from tests.junk import Mix, mix, multi30k, ntrex, read_lines, spr_rejections
+from tests.junk import Mix, mix, multi30k, ntrex, ntrex_pairs, spr_rejections
 
 RHO = 0.5
 MANIFESTS = Path(__file__).resolve().parents[1] / "data_manifests"
@@ -122,9 +122,7 @@ def test_appended_and_cut_sides_are_caught_and_real_pairs_kept(corpora: Path, tm
     if corpus == "multi30k-en-de":
         pairs, langs, foreign = multi30k(corpora), "en-de", ntrex(corpora, "fra")
     else:
-        english = read_lines(corpora / "multiparallel/ntrex128/newstest2019-src.eng.txt.gz")
-        pairs = [(a, b) for a, b in zip(english, ntrex(corpora, "deu"), strict=True)
-                 if a.strip() and b.strip()]
+        pairs = ntrex_pairs(corpora, "deu")
         langs, foreign = "en-de", ntrex(corpora, "fra")
     kinds = ["re_paired", "appended_target", "appended_source", "half_cut"]
     mixed = mix(pairs, 0.25, kinds=kinds, seed=3, foreign=foreign, max_rows=4000,
@@ -211,9 +209,7 @@ def test_a_side_cut_before_its_end_mark_is_judged_sooner(corpora: Path, tmp_path
     mark, they go sooner — how much sooner follows how seldom the corpus' real pairs go
     without one (``_z_lost_end``). The rules' ``cut_short`` is off: it takes half of these
     first (their last word a piece), which is not what is measured here."""
-    english = read_lines(corpora / "multiparallel/ntrex128/newstest2019-src.eng.txt.gz")
-    pairs = [(a, b) for a, b in zip(english, ntrex(corpora, lang), strict=True)
-             if a.strip() and b.strip()]
+    pairs = ntrex_pairs(corpora, lang)
     rng = np.random.default_rng(5)
     order = rng.permutation(len(pairs))
     real = [pairs[i] for i in sorted(order[:1700])]

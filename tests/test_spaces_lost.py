@@ -14,27 +14,24 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
-from spr_data.qa.rules import RulesStage
-from spr_data.recipe import RulesConfig
-from tests.junk import Mix, multi30k, ntrex, read_lines, spr_rejections, tatoeba_ben, tatoeba_cmn
+from tests.junk import (
+    Mix,
+    multi30k,
+    ntrex_pairs,
+    rule_flags,
+    spr_rejections,
+    tatoeba_ben,
+    tatoeba_cmn,
+)
 
 Pair = tuple[str, str]
 
 
-def _ntrex_pairs(corpora: Path, lang: str) -> list[Pair]:
-    english = read_lines(corpora / "multiparallel/ntrex128/newstest2019-src.eng.txt.gz")
-    return [(s, t) for s, t in zip(english, ntrex(corpora, lang), strict=True)
-            if s.strip() and t.strip()]
-
-
 def _flagged(pairs: list[Pair], langs: list[str], **config: object) -> np.ndarray:
-    batch = pa.RecordBatch.from_arrays([pa.array([s for s, _ in pairs]),
-                                        pa.array([t for _, t in pairs])], ["src", "tgt"])
-    out = RulesStage(RulesConfig(**config), ("src", "tgt"), langs).apply(batch)  # type: ignore[arg-type]
-    return dict(out.rejects)["spaces_lost"]
+    flags: np.ndarray = rule_flags(pairs, langs, "spaces_lost", **config)
+    return flags
 
 
 def _run_together(pairs: list[Pair], share: float, seed: int, side: int = 1
@@ -60,7 +57,7 @@ def test_run_together_targets_are_caught_and_real_news_kept(corpora: Path, lang:
                                                             code: str, share: float):
     """NTREX news, a tenth or half of the targets run together: 0.95 of them caught, no real
     pair flagged."""
-    pairs, junk = _run_together(_ntrex_pairs(corpora, lang), share, seed=7)
+    pairs, junk = _run_together(ntrex_pairs(corpora, lang), share, seed=7)
     flagged = _flagged(pairs, ["en", code])
     assert flagged[junk].mean() >= 0.95
     assert not flagged[~junk].any(), [pairs[i] for i in np.flatnonzero(flagged & ~junk)[:3]]
@@ -72,7 +69,7 @@ def test_both_sides_run_together_in_one_corpus(corpora: Path, lang: str, code: s
     side's junk is caught as well as alone. Measured against its partner, a row whose partner
     ran together lies far below the centre; were the spread read on such rows too, it would
     widen, and German targets were caught 0.15."""
-    pairs, sources = _run_together(_ntrex_pairs(corpora, lang), 0.1, seed=2, side=0)
+    pairs, sources = _run_together(ntrex_pairs(corpora, lang), 0.1, seed=2, side=0)
     candidates = [i for i in range(len(pairs)) if not sources[i]]
     rng = random.Random(4)
     targets = np.zeros(len(pairs), dtype=bool)
@@ -89,7 +86,7 @@ def test_real_news_with_long_words_or_short_headlines_is_kept(corpora: Path, lan
     """Turkish and Georgian words run a third longer than English ones, and NTREX's
     headlines are a few words against a sentence: the spread, measured per count of the other
     side's words, takes both in (one spread for every length flagged 2 Turkish pairs)."""
-    assert not _flagged(_ntrex_pairs(corpora, lang), ["en", code]).any()
+    assert not _flagged(ntrex_pairs(corpora, lang), ["en", code]).any()
 
 
 def test_either_side_and_short_sentences(corpora: Path):
@@ -118,7 +115,7 @@ def test_longer_words_of_another_language_are_not_run_together(corpora: Path):
 def test_the_real_arabic_rows_that_lost_their_spaces_are_found(corpora: Path):
     """NTREX's Arabic holds rows whose words really run together (``الصينوروسيابشأن``):
     every row flagged holds a word of 15 letters or more, and the rule finds most of those."""
-    pairs = _ntrex_pairs(corpora, "arb")
+    pairs = ntrex_pairs(corpora, "arb")
     flagged = _flagged(pairs, ["en", "ar"])
     longest = np.array([max(len(w) for w in t.split()) for _, t in pairs])
     assert flagged.sum() >= 20
@@ -135,8 +132,8 @@ def test_sides_written_without_spaces_are_not_judged(corpora: Path):
 
 @pytest.mark.parametrize(("pairs", "langs", "side"), [
     (tatoeba_cmn, ["en", "zh"], 0),
-    (lambda corpora: _ntrex_pairs(corpora, "jpn"), ["en", "ja"], 0),
-    (lambda corpora: [(t, s) for s, t in _ntrex_pairs(corpora, "zho-CN")], ["zh", "en"], 1),
+    (lambda corpora: ntrex_pairs(corpora, "jpn"), ["en", "ja"], 0),
+    (lambda corpora: [(t, s) for s, t in ntrex_pairs(corpora, "zho-CN")], ["zh", "en"], 1),
 ])
 def test_a_side_run_together_opposite_one_without_spaces(corpora: Path, pairs: Any,
                                                          langs: list[str], side: int):
@@ -152,7 +149,7 @@ def test_a_side_run_together_opposite_one_without_spaces(corpora: Path, pairs: A
 
 
 def test_a_batch_too_small_to_measure_is_not_judged(corpora: Path):
-    pairs, junk = _run_together(_ntrex_pairs(corpora, "deu")[:199], 0.2, seed=1)
+    pairs, junk = _run_together(ntrex_pairs(corpora, "deu")[:199], 0.2, seed=1)
     assert junk.any() and not _flagged(pairs, ["en", "de"]).any()
 
 
