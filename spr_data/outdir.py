@@ -37,6 +37,7 @@ __all__ = [
     "prepare_output",
     "publish",
     "remove_outputs",
+    "retire_replaced",
     "temp_tag",
 ]
 
@@ -51,6 +52,9 @@ _OWNED = {REJECTS_DIR, MANIFEST_NAME, WORK_DIR, CARD_NAME, "report.json", "repor
 #: files a stage writes beside its manifest (the dataset card; clean's report and model)
 EXTRA_FILES = (CARD_NAME, "report.json", "report.html", "align_model.npz")
 _OUTPUTS = "outputs"
+#: in the work state: the files of the dataset an ``overwrite`` run replaces, which stay in
+#: place (and readable) until the new dataset is published (:func:`retire_replaced`)
+_REPLACED = "replaced"
 #: in the work state: one empty file per token a process of the run names its temp files with
 _TAGS = "tags"
 #: (pid, out) → the token that process uses there (its record is checked on each use)
@@ -117,8 +121,13 @@ def _is_run_temp(name: str, final: str, tags: set[str]) -> bool:
 
 def claimed(out: Path) -> list[str]:
     """What the run (or a killed run) working in ``out`` recorded that it writes."""
+    return _names_in(out / WORK_DIR / _OUTPUTS)
+
+
+def _names_in(record: Path) -> list[str]:
+    """The paths a work-state file lists, one a line (none that would leave ``out``)."""
     try:
-        text = (out / WORK_DIR / _OUTPUTS).read_text(encoding="utf-8")
+        text = record.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return []
     names = []
@@ -176,20 +185,25 @@ def prepare_output(out: Path, *, overwrite: bool, resume: bool = False,
     was created (always False now: the lock creates the directory).
 
     An existing dataset is replaced only with ``overwrite``, and then only the files its
-    manifests list (its manifest goes first, so it is never half a dataset). Leftovers of an
-    unfinished run are the files its work state recorded: cleared, unless ``resume`` and the
-    run is resumable. Anything else in ``out`` — a file spr-data did not write — is refused and
-    left alone: a run never deletes a file it did not write.
+    manifests list. It stays in place, readable, while the run works (the run writes under
+    its work directory): a run that fails or is stopped leaves it as it was. Its files are
+    recorded in the work state and removed, manifest first, only when the new dataset is
+    published (:func:`retire_replaced`). Leftovers of an unfinished run are the files its work
+    state recorded: cleared, unless ``resume`` and the run is resumable (an unfinished
+    ``overwrite`` run resumes without ``overwrite`` too). Anything else in ``out`` — a file
+    spr-data did not write — is refused and left alone: a run never deletes a file it did not
+    write.
     """
     try:
         if out.exists() and not out.is_dir():
             raise OutputError(f"{option} {out} is a file; choose a directory")
         has_manifest = (out / MANIFEST_NAME).exists()
-        if has_manifest and not overwrite:
-            raise OutputError(f"{out} already holds a dataset; pass overwrite=True to replace it")
         work = out / WORK_DIR
+        resuming = resume and (work / "run.json").is_file()
+        if has_manifest and not overwrite and not (resuming and _names_in(work / _REPLACED)):
+            raise OutputError(f"{out} already holds a dataset; pass overwrite=True to replace it")
         if work.exists() and not (work.is_dir() and (not any(work.iterdir()) or any(
-                (work / n).exists() for n in ("run.json", _OUTPUTS, _TAGS)))):
+                (work / n).exists() for n in ("run.json", _OUTPUTS, _TAGS, _REPLACED)))):
             raise OutputError(f"{work} was not made by spr-data; move it away or choose "
                               f"another {option}")
         old = _dataset_files(out) if has_manifest else []
@@ -201,14 +215,29 @@ def prepare_output(out: Path, *, overwrite: bool, resume: bool = False,
                 f"{out} is not empty and is not an spr-data dataset (it holds "
                 f"{', '.join(strangers[:3])}, which spr-data did not write); choose a new or "
                 "empty directory, or move those files away")
+        if not (resuming and not overwrite):
+            remove_outputs(out, keep=old)
         if has_manifest:
-            (out / MANIFEST_NAME).unlink()
-            _remove(out, old, tags)
-        if not (resume and not overwrite and (work / "run.json").is_file()):
-            remove_outputs(out)
+            work.mkdir(exist_ok=True)
+            atomic_write_bytes(work / _REPLACED, "".join(n + "\n" for n in old).encode())
         return False
     except OSError as exc:
         raise OutputError(os_error_message(exc, out, option)) from exc
+
+
+def retire_replaced(out: Path) -> None:
+    """Remove the dataset an ``overwrite`` run replaces (its manifest first, then the files
+    it listed), if it is still there: called just before the new dataset's files move into
+    ``out``. Only from then on is ``out`` without a dataset, for as long as the moves take."""
+    names = _names_in(out / WORK_DIR / _REPLACED)
+    if not names:
+        return
+    try:
+        _remove(out, names, _run_tags(out))
+        (out / WORK_DIR / _REPLACED).unlink(missing_ok=True)
+        fsync_path(out)
+    except OSError as exc:
+        raise OutputError(os_error_message(exc, out)) from exc
 
 
 def _remove(out: Path, names: list[str], tags: set[str]) -> None:
@@ -229,12 +258,15 @@ def _remove(out: Path, names: list[str], tags: set[str]) -> None:
             (out / name).rmdir()
 
 
-def remove_outputs(out: Path, *, created: bool = False) -> None:
-    """Remove what the run working in ``out`` recorded that it writes, and its work state.
-    (``created`` is kept for callers; the directory itself goes with the lock.)"""
+def remove_outputs(out: Path, *, created: bool = False, keep: list[str] | None = None) -> None:
+    """Remove what the run working in ``out`` recorded that it writes, and its work state;
+    never the files of a dataset it was to replace and has not removed yet (recorded by
+    :func:`prepare_output`), nor those of ``keep``. (``created`` is kept for callers; the
+    directory itself goes with the lock.)"""
     if not out.is_dir():
         return
-    _remove(out, claimed(out), _run_tags(out))
+    spared = {*(keep or ()), *_names_in(out / WORK_DIR / _REPLACED)}
+    _remove(out, [n for n in claimed(out) if n not in spared], _run_tags(out))
     shutil.rmtree(out / WORK_DIR, ignore_errors=True)
 
 

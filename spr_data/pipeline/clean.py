@@ -719,6 +719,7 @@ def _finish(run: ShardRun, recipe: Recipe, stages: list[Stage],
         examples=dict(sorted(examples.items())), warnings=_unchecked(run.source.langs, stages))
     if not allow_heavy_loss:
         _refuse_heavy_loss(report, recipe, run.work, run.source.langs)
+    run.retire_replaced()  # the dataset an overwrite replaces: kept until the run succeeds
     tag = temp_tag(run.out)  # this process's temp files in out, recorded as the run's
     atomic_write_bytes(run.out / "report.json",
                        json.dumps(report.to_json(), indent=2, ensure_ascii=False).encode(),

@@ -38,6 +38,7 @@ from spr_data.outdir import (
     prepare_output,
     publish,
     remove_outputs,
+    retire_replaced,
     temp_tag,
 )
 from spr_data.pipeline.executor import Executor, check_shared, default_workers, executor_for
@@ -221,6 +222,7 @@ def _write_dataset(plan: SourcePlan, out: Path, format: str | None, columns: Seq
             kind=plan.kind, role="rows", langs=plan.langs, schema=schema, shards=rows.close(),
             rows_in=next_id, id_bound=next_id, rejects=counts, rejects_dir=REJECTS_DIR,
             lineage=lineage)
+        retire_replaced(out)  # an overwrite's old dataset: readable until this run succeeds
         _move_into_place(out, staging, manifest, rejected)
         publish(out, manifest, rejects=rejected)
         shutil.rmtree(out / WORK_DIR, ignore_errors=True)

@@ -50,6 +50,7 @@ from spr_data.outdir import (
     output_lock,
     prepare_output,
     publish,
+    retire_replaced,
 )
 from spr_data.pipeline.executor import Executor, check_shared, executor_for
 from spr_data.pipeline.units import unit_rows
@@ -218,6 +219,14 @@ class ShardRun:
     def rows(self) -> int:
         return len(self.source)
 
+    def retire_replaced(self) -> None:
+        """Remove the dataset this ``overwrite`` run replaces, which stayed readable while it
+        worked: call it just before writing into ``out`` what the new dataset holds (done by
+        :meth:`publish`; a command that writes files of its own into ``out`` first, as
+        ``clean``'s report, calls it before them)."""
+        if self.target is None:
+            retire_replaced(self.out)
+
     def claim(self, *names: str) -> None:
         """Record that the run is about to write ``names`` (relative to ``out``): only what a
         run recorded is ever removed."""
@@ -325,6 +334,7 @@ class ShardRun:
         if self.target is not None:
             self._upload(self.target, names, list(extras), dataset, reject_manifest)
             return
+        self.retire_replaced()
         if rejected is not None:
             (self.out / REJECTS_DIR).mkdir(exist_ok=True)
         for name in names:
