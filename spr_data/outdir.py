@@ -199,6 +199,8 @@ def prepare_output(out: Path, *, overwrite: bool, resume: bool = False,
             raise OutputError(f"{option} {out} is a file; choose a directory")
         has_manifest = (out / MANIFEST_NAME).exists()
         work = out / WORK_DIR
+        if not has_manifest and _names_in(work / _REPLACED):
+            retire_replaced(out)  # a run killed while it removed the dataset it replaces
         resuming = resume and (work / "run.json").is_file()
         if has_manifest and not overwrite and not (resuming and _names_in(work / _REPLACED)):
             raise OutputError(f"{out} already holds a dataset; pass overwrite=True to replace it")

@@ -104,6 +104,59 @@ def test_a_refused_clean_overwrite_leaves_the_old_output_then_resumes(
     assert verify_dataset(out).ok and not (out / WORK_DIR).exists()
 
 
+def test_a_run_killed_while_it_removed_the_old_output_is_finished_by_the_rerun(
+        multi30k_as: dict[str, Path], tmp_path: Path):
+    """The old dataset goes manifest first, just before the new files move in; a run killed
+    right after its manifest went leaves the rest of the old files and the record of them:
+    the rerun (with or without ``--overwrite``) removes them and publishes the new dataset."""
+    recipe = _recipe(tmp_path, NO_ALIGN, "r.toml")
+    out = tmp_path / "out"
+    clean(multi30k_as["de"], out, recipe=recipe, workers=1)
+    with pytest.raises(DataLossError):  # a run that stopped with the old dataset in place
+        clean(multi30k_as["fr"], out, recipe=recipe, workers=1, overwrite=True)
+    (out / MANIFEST_NAME).unlink()  # what a kill right after the manifest's removal leaves
+    accepted = clean(multi30k_as["fr"], out, recipe=recipe, workers=1, allow_heavy_loss=True)
+    assert accepted.resumed_shards >= 1
+    fresh = tmp_path / "fresh"
+    clean(multi30k_as["fr"], fresh, recipe=recipe, workers=1, allow_heavy_loss=True)
+    assert _same_dataset(out, fresh) and verify_dataset(out).ok
+
+
+def test_a_clean_overwrite_refused_by_its_accounting_leaves_the_old_output(
+        multi30k_as: dict[str, Path], tmp_path: Path):
+    """The last check before publishing (every input id once in the output or the rejects,
+    read from the files) refuses an input whose shard repeats an id under a matching hash:
+    the old output is still whole."""
+    import shutil
+
+    import pyarrow as pa
+
+    from spr_data.fsio import sha256_file
+
+    bad = tmp_path / "bad"
+    shutil.copytree(multi30k_as["de"], bad)
+    manifest = json.loads((bad / MANIFEST_NAME).read_text())
+    shard = bad / manifest["shards"][0]["file"]
+    table = pa.ipc.open_file(pa.BufferReader(shard.read_bytes())).read_all()  # not mapped:
+    # the file is rewritten below
+    ids = table.column("id").to_pylist()
+    ids[-1] = ids[0]
+    at = table.schema.get_field_index("id")
+    table = table.set_column(at, table.schema.field(at), pa.array(ids, table.schema.field(at).type))
+    with pa.OSFile(str(shard), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    manifest["shards"][0].update(hash=sha256_file(shard), bytes=shard.stat().st_size)
+    (bad / MANIFEST_NAME).write_text(json.dumps(manifest))
+    recipe = _recipe(tmp_path, RULES_ONLY, "r.toml")
+    out = tmp_path / "out"
+    clean(multi30k_as["de"], out, recipe=recipe, workers=1)
+    before = _files(out)
+    with pytest.raises(Exception, match="more than once"):
+        clean(bad, out, recipe=recipe, workers=1, overwrite=True)
+    assert {k: v for k, v in _files(out).items() if not k.startswith(WORK_DIR)} == before
+    assert verify_dataset(out).ok
+
+
 def test_an_output_that_is_not_being_replaced_still_needs_overwrite(
         multi30k_as: dict[str, Path], tmp_path: Path):
     """A finished output and a killed run that was not an overwrite: no rerun without

@@ -719,17 +719,18 @@ def _finish(run: ShardRun, recipe: Recipe, stages: list[Stage],
         examples=dict(sorted(examples.items())), warnings=_unchecked(run.source.langs, stages))
     if not allow_heavy_loss:
         _refuse_heavy_loss(report, recipe, run.work, run.source.langs)
-    run.retire_replaced()  # the dataset an overwrite replaces: kept until the run succeeds
+    # the report and the model wait in the staging directory with the shards and move in
+    # with them: the dataset an overwrite replaces stays whole until then
     tag = temp_tag(run.out)  # this process's temp files in out, recorded as the run's
-    atomic_write_bytes(run.out / "report.json",
+    atomic_write_bytes(run.staging / "report.json",
                        json.dumps(report.to_json(), indent=2, ensure_ascii=False).encode(),
                        tag=tag)
     from spr_data.qa.report_html import render_report
 
-    atomic_write_bytes(run.out / "report.html", render_report(report.to_json()).encode(),
+    atomic_write_bytes(run.staging / "report.html", render_report(report.to_json()).encode(),
                        tag=tag)
     if "align" in states:
-        atomic_write_bytes(run.out / "align_model.npz",
+        atomic_write_bytes(run.staging / "align_model.npz",
                            Path(states["align"]["model"]).read_bytes(), tag=tag)
     lineage = run.lineage(recipe=recipe.to_json(), recipe_hash=recipe.digest,
                           options={"workers": run.executor.workers})

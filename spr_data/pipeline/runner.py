@@ -219,14 +219,6 @@ class ShardRun:
     def rows(self) -> int:
         return len(self.source)
 
-    def retire_replaced(self) -> None:
-        """Remove the dataset this ``overwrite`` run replaces, which stayed readable while it
-        worked: call it just before writing into ``out`` what the new dataset holds (done by
-        :meth:`publish`; a command that writes files of its own into ``out`` first, as
-        ``clean``'s report, calls it before them)."""
-        if self.target is None:
-            retire_replaced(self.out)
-
     def claim(self, *names: str) -> None:
         """Record that the run is about to write ``names`` (relative to ``out``): only what a
         run recorded is ever removed."""
@@ -312,10 +304,11 @@ class ShardRun:
     def publish(self, kept: Sequence[ShardInfo], *, lineage: dict[str, Any],
                 rejected: Sequence[ShardInfo] | None = None,
                 rejects: dict[str, int] | None = None, extras: Sequence[str] = ()) -> None:
-        """Check the accounting, move the staged shards into place, then publish the output's
+        """Check the accounting; remove the dataset an ``overwrite`` replaces (it stayed whole
+        and readable until now); move the staged shards into place, then publish the output's
         manifests (the rejects' first, the dataset's last) and remove the work state.
-        ``extras``: files the command wrote into ``out`` that belong to the dataset (its
-        report); a remote output uploads them with it."""
+        ``extras``: files the command wrote into the staging directory that belong to the
+        dataset (its report), moved in with the shards; a remote output uploads them with it."""
         self.check_accounting(kept, rejected)
         schema = _schema_of(self.staging, kept)
         manifest = self.source.manifest
@@ -334,10 +327,10 @@ class ShardRun:
         if self.target is not None:
             self._upload(self.target, names, list(extras), dataset, reject_manifest)
             return
-        self.retire_replaced()
+        retire_replaced(self.out)
         if rejected is not None:
             (self.out / REJECTS_DIR).mkdir(exist_ok=True)
-        for name in names:
+        for name in [*names, *extras]:
             (self.staging / name).replace(self.out / name)
         publish(self.out, dataset, rejects=reject_manifest)
         shutil.rmtree(self.work, ignore_errors=True)
@@ -353,7 +346,7 @@ class ShardRun:
         for name in names:
             _link(self.staging / name, final / name)
         for name in extras:
-            _link(self.out / name, final / name)
+            _link(self.staging / name, final / name)
         if rejects is not None:
             write_card(final / REJECTS_DIR, rejects)
             write_manifest(final / REJECTS_DIR, rejects)
