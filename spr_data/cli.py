@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import re
 import signal
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
@@ -219,8 +221,10 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * scale)
 
 
-def _check_output_file(path: Path | None, option: str) -> None:
-    """Refuse an output file that cannot be written before the work, not after it."""
+def _check_output_file(path: Path | None, option: str, *, inputs: Sequence[str] = ()) -> None:
+    """Refuse an output file that cannot be written before the work, not after it; and one
+    that would replace an input or a file this option did not write (``--json`` typed
+    before the inputs took the first input as the file name, and wrote over it)."""
     if path is None:
         return
     from spr_data.reader import check_local_output
@@ -230,6 +234,33 @@ def _check_output_file(path: Path | None, option: str) -> None:
         raise InputError(f"{option} {path} is a directory; give a file name")
     if not path.parent.is_dir():
         raise InputError(f"{option} {path}: directory {path.parent} does not exist")
+    if not path.exists():
+        return
+    for given in inputs:
+        with contextlib.suppress(OSError):
+            if "://" not in given and os.path.samefile(given, path):
+                raise InputError(f"{option} {path} is one of the inputs; it takes the name of a "
+                                 "file to write (the inputs come after the options' values)")
+    if path.is_file() and path.stat().st_size and not _written_by(path, option):
+        raise InputError(f"{option} {path} exists and is not a report this option wrote; "
+                         "choose another file name, or remove that file first")
+
+
+def _written_by(path: Path, option: str) -> bool:
+    """Whether ``path`` holds what ``fertility-report``'s ``option`` writes (so a rerun may
+    replace it): its JSON report, its Markdown tables, its chart."""
+    import json
+
+    try:
+        head = path.open("rb").read(1 << 16).decode("utf-8", errors="replace")
+        if option == "--json":
+            found = json.loads(path.read_text(encoding="utf-8"))
+            return isinstance(found, dict) and {"tokenizers", "reference", "warnings"} <= set(found)
+    except (OSError, ValueError):
+        return False
+    if option == "--markdown":
+        return head.startswith("### ")
+    return head.startswith("<!doctype html><meta charset='utf-8'><title>")
 
 
 def _parse_weights(text: str) -> dict[str, float]:
@@ -435,7 +466,7 @@ def fertility_report(
 
     for option, path in (("--json", json_file), ("--markdown", markdown_file),
                          ("--chart", chart_file)):
-        _check_output_file(path, option)
+        _check_output_file(path, option, inputs=inputs)
     tokenizers = [load_tokenizer(t) for t in tokenizer]
     names = [t.name for t in tokenizers]
     if len(set(names)) < len(names):

@@ -392,6 +392,29 @@ def test_outputs_are_checked_before_the_work(corpora: Path, tmp_path: Path):
     assert result.exit_code == 2 and "is a directory" in result.stderr
 
 
+def test_an_output_file_never_replaces_an_input_or_a_file_it_did_not_write(corpora: Path,
+                                                                           tmp_path: Path):
+    """``--json`` typed before the inputs takes the first input for the file name: it was
+    written over (and a dataset's manifest.json given as --json broke the dataset)."""
+    text = tmp_path / "src.eng.txt"
+    text.write_bytes(gzip.decompress(ntrex(corpora, "en").read_bytes()))
+    before = text.read_bytes()
+    for option in ("--json", "--markdown", "--chart"):
+        result = run_cli("fertility-report", option, text, ntrex(corpora, "hi"), "-t", "chars")
+        assert result.exit_code == 2 and "not a report this option wrote" in result.stderr
+        result = run_cli("fertility-report", text, "-t", "chars", option, text)
+        assert result.exit_code == 2 and "is one of the inputs" in result.stderr
+    assert text.read_bytes() == before
+    # its own earlier reports are replaced, as are empty files
+    outputs = {"--json": tmp_path / "r.json", "--markdown": tmp_path / "r.md",
+               "--chart": tmp_path / "r.html"}
+    outputs["--markdown"].write_bytes(b"")
+    for _ in range(2):
+        args = [a for option, path in outputs.items() for a in (option, path)]
+        result = run_cli("fertility-report", text, "-t", "chars", "--sample", "50", *args)
+        assert result.exit_code == 0, result.stderr
+
+
 def test_a_sample_keeps_multi_parallel_inputs_parallel(corpora: Path, tmp_path: Path):
     """The same lines of inputs with as many lines: identical files keep parity 1."""
     copy = tmp_path / "copy.deu.txt.gz"
