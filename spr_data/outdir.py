@@ -197,6 +197,7 @@ def prepare_output(out: Path, *, overwrite: bool, resume: bool = False,
     try:
         if out.exists() and not out.is_dir():
             raise OutputError(f"{option} {out} is a file; choose a directory")
+        _refuse_rejects_dir(out, option)
         has_manifest = (out / MANIFEST_NAME).exists()
         work = out / WORK_DIR
         if not has_manifest and _names_in(work / _REPLACED):
@@ -225,6 +226,21 @@ def prepare_output(out: Path, *, overwrite: bool, resume: bool = False,
         return False
     except OSError as exc:
         raise OutputError(os_error_message(exc, out, option)) from exc
+
+
+def _refuse_rejects_dir(out: Path, option: str) -> None:
+    """Refuse the rejects directory of the dataset ``out`` lies in: an output there (even with
+    ``overwrite``) would replace that dataset's rejected rows and break its accounting."""
+    parent = out.resolve().parent
+    if not (parent / MANIFEST_NAME).is_file():
+        return
+    try:
+        rejects_dir = read_manifest(parent).rejects_dir
+    except DatasetError:
+        return
+    if rejects_dir and (parent / rejects_dir).resolve() == out.resolve():
+        raise OutputError(f"{option} {out} is where the dataset {parent} keeps its rejected "
+                          f"rows; choose a directory of its own")
 
 
 def retire_replaced(out: Path) -> None:

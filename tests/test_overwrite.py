@@ -201,3 +201,26 @@ def test_a_killed_clean_overwrite_leaves_the_old_output_readable(multi30k_ds: Pa
     fresh = tmp_path / "fresh"
     clean(multi30k_ds, fresh, recipe=second, workers=1)
     assert _same_dataset(out, fresh)
+
+
+def test_an_output_inside_the_input_or_in_a_datasets_rejects_is_refused(
+        multi30k_as: dict[str, Path], tmp_path: Path):
+    """``--out DS/_rejects --overwrite`` replaced DS's rejected rows (its accounting then
+    failed), and ``--out DS/clean`` put a second dataset's shards where readers that list DS
+    take them for its rows: both are refused, ``--overwrite`` or not, by every command."""
+    import shutil
+
+    ds = tmp_path / "ds"
+    shutil.copytree(multi30k_as["de"], ds)
+    before = _files(ds)
+    recipe = _recipe(tmp_path, RULES_ONLY, "r.toml")
+    for out in (ds / "clean", ds / REJECTS_DIR):
+        for flags in ((), ("--overwrite",)):
+            result = run_cli("clean", ds, "--out", out, "--recipe", recipe, "--workers", "1",
+                             "--quiet", *flags)
+            assert result.exit_code == 2 and "inside the input dataset" in result.stderr
+    tsv = tmp_path / "pairs.en-de.tsv"
+    tsv.write_text("".join(f"a{i}\tb{i}\n" for i in range(50)), encoding="utf-8")
+    result = run_cli("ingest", tsv, "--out", ds / REJECTS_DIR, "--overwrite", "--quiet")
+    assert result.exit_code == 1 and "keeps its rejected rows" in result.stderr
+    assert _files(ds) == before and verify_dataset(ds).ok

@@ -113,6 +113,10 @@ def open_input(dataset: str | Path, out: str | Path, *, command: str,
         same = location.split("?")[0].rstrip("/") == str(dataset).split("?")[0].rstrip("/")
     else:
         same = Path(out).resolve() == Path(dataset).resolve()
+        if not source.remote and Path(dataset).resolve() in Path(out).resolve().parents:
+            raise InputError(f"--out {out} is inside the input dataset {dataset}; choose a "
+                             "directory outside it (readers that list the input's directory "
+                             "would take the output's shards for its rows)")
     if same:
         raise InputError("--out must differ from the input dataset")
     if not len(source):
