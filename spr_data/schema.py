@@ -7,6 +7,7 @@ names and types below never change meaning.
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from typing import Literal
 
 import pyarrow as pa
@@ -20,6 +21,7 @@ __all__ = [
     "REASON",
     "Kind",
     "columns_line",
+    "id_column",
     "ingest_rejects_schema",
     "rows_schema",
     "schema_from_b64",
@@ -27,6 +29,7 @@ __all__ = [
     "schema_summary",
     "schema_to_b64",
     "text_columns",
+    "token_id_columns",
 ]
 
 Kind = Literal["parallel", "mono"]
@@ -49,6 +52,17 @@ ORIGIN_TYPE = pa.struct([pa.field("input", pa.uint32(), nullable=False),
 def text_columns(kind: Kind) -> tuple[str, ...]:
     """The text columns of a corpus kind: ``(src, tgt)`` for parallel, ``(text,)`` for mono."""
     return (SRC, TGT) if kind == "parallel" else (TEXT,)
+
+
+def id_column(text_column: str) -> str:
+    """The token-id column ``tokenize`` adds for a text column: ``src`` → ``src_ids``."""
+    return f"{text_column}_ids"
+
+
+def token_id_columns(kind: Kind, names: Sequence[str]) -> list[str]:
+    """The token-id columns among ``names`` (a schema's) of a ``kind`` dataset, in text-column
+    order."""
+    return [id_column(c) for c in text_columns(kind) if id_column(c) in names]
 
 
 def rows_schema(kind: Kind) -> pa.Schema:

@@ -53,7 +53,7 @@ from spr_data.qa.stage import CorpusStage, Stage, stage_of, unit_ids
 from spr_data.qa.stages import build_stages
 from spr_data.reader import ReaderOptions
 from spr_data.recipe import Recipe, load_recipe
-from spr_data.schema import ID, REASON
+from spr_data.schema import ID, REASON, token_id_columns
 from spr_data.writer import shard_name, write_shard_file
 
 __all__ = ["ALIGN_SCORE", "P_TRANSLATION", "CleanReport", "clean", "read_quarantine"]
@@ -603,8 +603,9 @@ def clean(
         "quarantine": None if quarantine is None else sha256_file(Path(quarantine)),
         "tool_version": __version__,
     }
+    tokenized = bool(token_id_columns(source.manifest.kind, source.schema.names))
     stages = build_stages(resolved, source.kind, source.langs, quarantine=quarantine,
-                          cleaned=_cleaned_with(source, resolved))
+                          cleaned=_cleaned_with(source, resolved), tokenized=tokenized)
     # the lock is held for the whole run; a failed run keeps its work state (it resumes from
     # it) and never removes what it did not write
     with ShardRun("clean", source, out, identity=identity, overwrite=overwrite,
@@ -716,7 +717,8 @@ def _finish(run: ShardRun, recipe: Recipe, stages: list[Stage],
         resumed_shards=sum(1 for r in ordered if r.get("resumed")),
         quarantine_not_found=(states["quarantine"]["count"] - int(quarantined.sum())
                               if "quarantine" in states and quarantined is not None else 0),
-        examples=dict(sorted(examples.items())), warnings=_unchecked(run.source.langs, stages))
+        examples=dict(sorted(examples.items())),
+        warnings=_unchecked(run.source.langs, stages) + _kept_text(run.source, stages))
     if not allow_heavy_loss:
         _refuse_heavy_loss(report, recipe, run.work, run.source.langs)
     # the report and the model wait in the staging directory with the shards and move in
@@ -769,6 +771,16 @@ def _summarize(hist: np.ndarray, name: str) -> dict[str, Any]:
         quantiles[str(q)] = round(float(edges[int(np.searchsorted(cumulative, q)) + 1]), 3)
     return {"count": total, "quantiles": quantiles, "edges": edges.round(4).tolist(),
             "histogram": hist.tolist()}
+
+
+def _kept_text(source: Any, stages: Sequence[Stage]) -> list[str]:
+    """A warning where normalize left a tokenized dataset's text as it was."""
+    ids = token_id_columns(source.manifest.kind, source.schema.names)
+    if not ids or not any(s.name == "normalize" for s in stages):
+        return []
+    return [f"the dataset is tokenized ({', '.join(ids)}): normalize left its text as it was, "
+            "so that the token ids still match it (its rules and checks read the text as it "
+            "is); to normalize, clean the dataset before tokenizing it"]
 
 
 def _unchecked(langs: list[str], stages: Sequence[Stage]) -> list[str]:

@@ -31,7 +31,7 @@ from spr_data.pipeline.executor import Executor
 from spr_data.pipeline.runner import ShardRun, Unit, open_input, read_unit
 from spr_data.pipeline.units import finished_unit, mark_unit_finished
 from spr_data.reader import ReaderOptions
-from spr_data.schema import text_columns
+from spr_data.schema import id_column, text_columns, token_id_columns
 from spr_data.tokenizers import Tokenizer, load_tokenizer
 from spr_data.writer import shard_name, write_shard_file
 
@@ -40,15 +40,9 @@ __all__ = ["TokenizeReport", "id_column", "row_sizes", "token_columns", "tokeniz
 _ENCODE_ROWS = 8192
 
 
-def id_column(text_column: str) -> str:
-    """The token-id column of a text column: ``src`` → ``src_ids``."""
-    return f"{text_column}_ids"
-
-
 def token_columns(ds: Dataset) -> list[str]:
     """The token-id columns ``ds`` has, in text-column order."""
-    names = ds.schema.names
-    return [id_column(c) for c in text_columns(ds.manifest.kind) if id_column(c) in names]
+    return token_id_columns(ds.manifest.kind, ds.schema.names)
 
 
 def row_sizes(ds: Dataset) -> Callable[[np.ndarray], np.ndarray]:

@@ -161,20 +161,24 @@ def normalize_text(texts: pa.Array, config: NormalizeConfig) -> pa.Array:
 
 
 class NormalizeStage:
-    """Normalizes every text column and adds ``normalized``: whether any of them changed."""
+    """Normalizes every text column and adds ``normalized``: whether any of them changed.
+    With ``rewrite=False`` (a tokenized dataset, whose token ids were made from its text as
+    it is) the text is left as it was and ``normalized`` says which rows it would change."""
 
     name = "normalize"
 
-    def __init__(self, config: NormalizeConfig, text_columns: tuple[str, ...]) -> None:
+    def __init__(self, config: NormalizeConfig, text_columns: tuple[str, ...], *,
+                 rewrite: bool = True) -> None:
         self.config = config
         self.text_columns = text_columns
+        self.rewrite = rewrite
 
     #: normalize rewrites text; it rejects nothing
     reasons: tuple[str, ...] = ()
 
     @property
     def columns(self) -> tuple[str, ...]:
-        return (*self.text_columns, "normalized")
+        return (*self.text_columns, "normalized") if self.rewrite else ("normalized",)
 
     def setup(self) -> None:
         pass
@@ -185,7 +189,8 @@ class NormalizeStage:
         for name in self.text_columns:
             before = batch.column(name)
             after = normalize_text(before, self.config)
-            columns[name] = after
+            if self.rewrite:
+                columns[name] = after
             changed |= ~pc.equal(before, after).to_numpy(zero_copy_only=False)
         columns["normalized"] = pa.array(changed)
         return StageOutput(columns=columns)

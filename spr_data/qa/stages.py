@@ -25,15 +25,16 @@ __all__ = ["build_stages"]
 
 def build_stages(recipe: Recipe, kind: str, langs: list[str], *,
                  quarantine: str | Path | None = None,
-                 cleaned: str | Path | None = None) -> list[Stage]:
+                 cleaned: str | Path | None = None, tokenized: bool = False) -> list[Stage]:
     """The stages ``clean`` runs for ``recipe`` on a ``kind`` dataset of ``langs``, in order:
     a quarantine list first (when given), then the recipe's stages. ``cleaned``: the
     dataset's directory when this recipe cleaned it already (the align stage then reuses
-    that run's decision)."""
+    that run's decision). ``tokenized``: the dataset has token-id columns, so normalize
+    leaves its text as it is (the ids were made from it)."""
     columns = text_columns(kind)  # type: ignore[arg-type]
     rules = RulesStage(recipe.rules, columns, langs)
     makers: dict[str, Callable[[], Stage]] = {
-        "normalize": lambda: NormalizeStage(recipe.normalize, columns),
+        "normalize": lambda: NormalizeStage(recipe.normalize, columns, rewrite=not tokenized),
         "rules": lambda: rules,
         "langid": lambda: LangIdStage(recipe.langid, columns, langs),
         "dedup": lambda: DedupStage(recipe.dedup, columns),
