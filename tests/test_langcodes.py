@@ -195,6 +195,24 @@ def test_a_moses_pair_whose_names_give_no_pair_stays_und(tmp_path: Path,
     assert ingest(files, tmp_path / "ds", format="moses").langs == langs
 
 
+def test_two_text_files_named_apart_only_by_language_are_not_one_mono_corpus(tmp_path: Path):
+    """``train.en.txt train.de.txt`` became a mono ``und`` corpus of both languages' lines;
+    they are refused with the two ways to say what they are, each of which works."""
+    for name, line in (("train.en.txt", "Two dogs play.\n"), ("train.de.txt", "Zwei Hunde.\n"),
+                       ("notes.en.txt", "A note.\n")):
+        (tmp_path / name).write_text(line * 20)
+    pair = [tmp_path / "train.en.txt", tmp_path / "train.de.txt"]
+    with pytest.raises(InputError, match=r"look like the two sides of a pair.*--format moses"):
+        ingest(pair, tmp_path / "ds")
+    parallel = ingest(pair, tmp_path / "parallel", format="moses")
+    assert (parallel.kind, parallel.langs, parallel.rows) == ("parallel", ["en", "de"], 20)
+    mixed = ingest(pair, tmp_path / "mixed", langs=["und"])
+    assert (mixed.kind, mixed.rows) == ("mono", 40)
+    # names that say more than a language apart: two corpora, a multilingual mono mix
+    other = ingest([tmp_path / "train.de.txt", tmp_path / "notes.en.txt"], tmp_path / "mix")
+    assert (other.kind, other.langs, other.rows) == ("mono", ["und"], 40)
+
+
 def test_inputs_of_different_pairs_are_refused_not_labelled_und(tmp_path: Path):
     """As und-und, language id and the alignment model would check nothing."""
     for name in ("a.en", "a.de", "b.en", "b.fr"):

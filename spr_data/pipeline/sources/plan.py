@@ -87,6 +87,25 @@ def _moses_langs(a: Path, b: Path, *, named_apart: bool = False) -> tuple[str, s
     return (codes[0], codes[1]) if codes[0] != codes[1] else None
 
 
+def _refuse_a_pair_read_as_mono(groups: list[tuple[str, list[Path]]],
+                                found: list[list[str] | None]) -> None:
+    """Two text files whose names differ only in their language (``train.en.txt`` and
+    ``train.de.txt``) are the sides of a pair far more often than a two-language mono corpus:
+    read as mono, both languages went into one dataset labelled ``und``."""
+    (fa, (a,)), (fb, (b,)) = groups
+    if fa != "text" or fb != "text" or not found[0] or not found[1]:
+        return
+    la, lb = found[0][0], found[1][0]
+    rest_a = [part for part in a.name.split(".") if part != la]
+    rest_b = [part for part in b.name.split(".") if part != lb]
+    if la != lb and rest_a == rest_b and len(rest_a) < len(a.name.split(".")):
+        raise InputError(
+            f"{a.name} and {b.name} look like the two sides of a pair (their names differ only "
+            f"in the language, {la} and {lb}): pass --format moses to ingest them as a parallel "
+            "corpus (line i of one translates line i of the other), or --lang und to ingest "
+            "them as one multilingual mono corpus")
+
+
 def _check_langs_fit_names(langs: Sequence[str] | None, files: Sequence[str],
                            names: Sequence[str]) -> None:
     """Refuse ``--langs`` that the file names contradict: a swapped Moses pair (the first
@@ -283,6 +302,7 @@ def plan_sources(
 
     sources: list[Source] = []
     guessed: set[tuple[str, ...]] = set()
+    mono_langs: list[list[str] | None] = []  # each mono input's language, from its name
     for fmt, ps in groups:
         files = [InputFile(p, size=sizes[p] if p in urls else p.stat().st_size, retry=retry,
                            url=urls.get(p)) for p in ps]
@@ -298,6 +318,7 @@ def plan_sources(
             if found:
                 guessed.add(tuple(found))
                 _check_langs_fit_names(langs, [shown(ps[0])], found)
+            mono_langs.append(found if final_kind == "mono" else None)
             # JSONL keys and Parquet columns: named as chosen, else the languages (given, or
             # from the file name: pairs.en-bn.jsonl holds "en" and "bn"), else src/tgt (text)
             lang_keys = list(langs) if langs else found
@@ -306,6 +327,8 @@ def plan_sources(
         selection = Selection(columns=columns, keys=keys, candidates=candidates)
         sources.append(SOURCES[fmt].from_plan(files, final_kind, selection))
 
+    if langs is None and format is None and final_kind == "mono" and len(groups) == 2:
+        _refuse_a_pair_read_as_mono(groups, mono_langs)
     named = {pair for pair in guessed if not set(pair) <= _SIDE_SUFFIXES}
     if langs is None and final_kind == "parallel" and len(named) > 1:
         # a dataset is one language pair: as "und-und", language id and the alignment model
