@@ -157,3 +157,19 @@ def test_a_corpus_of_one_template_says_its_negatives_met_the_rules(tmp_path: Pat
     recipe.write_text("[align]\nmin_score = -10.0\n", encoding="utf-8")
     report = clean(tmp_path / "ds", tmp_path / "out2", recipe=recipe, workers=1)
     assert report.rows_kept == 400
+
+
+def test_a_jsonl_refused_for_its_keys_says_which_keys_it_read(tmp_path: Path):
+    """The first record's keys chose src/tgt; the rest hold en/de: the error names the keys
+    read and the option that changes them."""
+    jsonl = tmp_path / "k.en-de.jsonl"
+    jsonl.write_text(json.dumps({"src": "a", "tgt": "b"}) + "\n" + "".join(
+        json.dumps({"en": f"Two dogs {i}.", "de": f"Zwei Hunde {i}."}) + "\n"
+        for i in range(200)), encoding="utf-8")
+    with pytest.raises(DataLossError) as caught:
+        ingest([jsonl], tmp_path / "ds")
+    message = str(caught.value)
+    assert "missing_key rejects 200 of the 201 records" in message
+    assert "(read with keys src,tgt); name the keys that hold the text with --keys" in message
+    assert "(keys=)" not in message
+    assert len(open_dataset(ingest([jsonl], tmp_path / "ok", keys=["en", "de"]).out)) == 200

@@ -409,18 +409,23 @@ class _Tally:
             return
         line, reason, raw = self.first
         snippet = raw[:80].decode("utf-8", "replace")
-        options = ", ".join(f"{k} {','.join(map(str, v)) if isinstance(v, list) else v}"
-                            for k, v in source.options().items() if v is not None)
         raise DataLossError(
             f"{source.files[0].where}: all {self.records:,} records were rejected, "
             f"so no dataset was written; the first, line {line}, as {reason}: {snippet!r}"
-            + (f" (read with {options})" if options else "") + _NEXT_STEP.get(reason, ""))
+            + _read_with(source) + _NEXT_STEP.get(reason, ""))
+
+
+def _read_with(source: Source) -> str:
+    """`` (read with keys src,tgt)``: the options an input was read with, for an error."""
+    options = ", ".join(f"{k} {','.join(map(str, v)) if isinstance(v, list) else v}"
+                        for k, v in source.options().items() if v is not None)
+    return f" (read with {options})" if options else ""
 
 
 #: what to change when every record of an input was rejected for this reason
 _NEXT_STEP = {
-    "missing_key": "; name the keys that hold the text with --keys (keys=)",
-    "not_a_string": "; name the keys that hold the text with --keys (keys=)",
+    "missing_key": "; name the keys that hold the text with --keys",
+    "not_a_string": "; name the keys that hold the text with --keys",
     "tsv_field_count": "; choose the text columns with --columns, or check --format",
     "invalid_json": "; is it JSONL? pass --format for another format",
     "invalid_utf8": "; the file is not UTF-8 text: convert it first (e.g. iconv)",
@@ -477,8 +482,8 @@ def _check_heavy_loss(plan: SourcePlan, counts: Counter[str],
     raise DataLossError(
         f"{reason} rejects {n:,} of the {records:,} records ({n / records:.0%}), so no dataset "
         f"was written; the first, {where} line {line}: {snippet!r}"
-        + _NEXT_STEP.get(reason, "") + "; pass allow_heavy_loss=True to "
-        "write it anyway")
+        + _read_with(plan.sources[input_index]) + _NEXT_STEP.get(reason, "")
+        + "; pass allow_heavy_loss=True to write it anyway")
 
 
 def _write_chunk(chunk: RecordChunk, input_index: int, first_id: int, schema: pa.Schema,
