@@ -154,6 +154,24 @@ def test_parquet_columns_nulls_and_types(tmp_path: Path):
     assert result.exit_code == 2 and "'n' is int64" in result.stderr
 
 
+
+def test_parquet_text_stored_as_categories_is_read_as_text(tmp_path: Path):
+    """A pandas ``category`` column is a dictionary of strings in Parquet: read through its
+    values (it was refused as "not a string column")."""
+    en = pa.array(["Two dogs.", "A cat.", "Two dogs.", None]).dictionary_encode()
+    de = pa.array(["Zwei Hunde.", "Eine Katze.", "Zwei Hunde.", "x"]).dictionary_encode()
+    pq.write_table(pa.table({"en": en, "de": de}), tmp_path / "cat.en-de.parquet")
+    summary = ingest([tmp_path / "cat.en-de.parquet"], tmp_path / "ds")
+    assert summary.rejects == {"null_field": 1}
+    rows = open_dataset(tmp_path / "ds").take(range(3)).to_pylist()
+    assert [(r["src"], r["tgt"]) for r in rows] == [("Two dogs.", "Zwei Hunde."),
+                                                    ("A cat.", "Eine Katze."),
+                                                    ("Two dogs.", "Zwei Hunde.")]
+    ints = pa.array([1, 2, 1, 3]).dictionary_encode()
+    pq.write_table(pa.table({"en": en, "de": ints}), tmp_path / "ints.en-de.parquet")
+    result = run_cli("ingest", tmp_path / "ints.en-de.parquet", "--out", tmp_path / "ds2")
+    assert result.exit_code == 2 and "expected a string column" in result.stderr
+
 # --- whole-file problems: one line naming the file, non-zero exit, no manifest -----------------
 
 def test_moses_line_count_mismatch_names_both_files_and_counts(tmp_path: Path):

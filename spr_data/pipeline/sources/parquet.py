@@ -98,12 +98,18 @@ class ParquetSource(Source):
                 raise InputError(f"{self.files[0].where} has no column {c!r}; it has: "
                                  f"{', '.join(schema.names)}")
             t = schema.field(name).type
-            if not (pa.types.is_string(t) or pa.types.is_large_string(t)
-                    or pa.types.is_string_view(t)):
+            if not _is_text(t.value_type if pa.types.is_dictionary(t) else t):
                 raise InputError(f"{self.files[0].where}: column {name!r} is {t}, expected a "
                                  "string column; choose text columns with --columns")
             names.append(name)
         return names
+
+
+def _is_text(t: pa.DataType) -> bool:
+    """A string type Arrow casts to ``string``: a dictionary of one (a pandas ``category``
+    column) is read through its values."""
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t)
+                or pa.types.is_string_view(t))
 
 
 @contextmanager
