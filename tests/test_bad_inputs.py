@@ -172,6 +172,27 @@ def test_parquet_text_stored_as_categories_is_read_as_text(tmp_path: Path):
     result = run_cli("ingest", tmp_path / "ints.en-de.parquet", "--out", tmp_path / "ds2")
     assert result.exit_code == 2 and "expected a string column" in result.stderr
 
+
+def test_text_that_is_not_utf8_is_named_where_it_is_and_what_it_is(tmp_path: Path):
+    """Only the target of a Moses pair is Latin-1: the error names the target (it named the
+    source); UTF-16 and a gzip file without .gz say so, with the fix."""
+    en = write(tmp_path / "a.en", "".join(f"Two dogs {i}.\n" for i in range(50)).encode())
+    de = write(tmp_path / "a.de", "".join(f"Zwei Hündé {i}.\n" for i in range(50))
+               .encode("latin-1"))
+    result = run_cli("ingest", en, de, "--out", tmp_path / "ds")
+    assert result.exit_code == 1
+    assert f"{de}: all 50 records were rejected" in result.stderr and "Zwei H" in result.stderr
+    utf16 = write(tmp_path / "u.en", "".join(f"Two dogs {i}.\n" for i in range(50))
+                  .encode("utf-16"))
+    partner = write(tmp_path / "u.de", "".join(f"Zwei Hunde {i}.\n" for i in range(50)).encode())
+    result = run_cli("ingest", utf16, partner, "--out", tmp_path / "ds")
+    assert result.exit_code == 2 and "u.en is UTF-16 text" in result.stderr
+    packed = write(tmp_path / "g.en-de.tsv", gzip.compress(b"a\tb\n" * 200))
+    result = run_cli("ingest", packed, "--out", tmp_path / "ds")
+    assert result.exit_code == 1 and "g.en-de.tsv is gzip-compressed: name it with .gz" \
+        in result.stderr
+    assert not (tmp_path / "ds").exists() or not any((tmp_path / "ds").iterdir())
+
 # --- whole-file problems: one line naming the file, non-zero exit, no manifest -----------------
 
 def test_moses_line_count_mismatch_names_both_files_and_counts(tmp_path: Path):

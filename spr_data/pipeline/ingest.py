@@ -44,9 +44,11 @@ from spr_data.outdir import (
 from spr_data.pipeline.executor import Executor, check_shared, default_workers, executor_for
 from spr_data.pipeline.sources import (
     REJECT_REASONS,
+    InputFile,
     RecordChunk,
     Source,
     SourcePlan,
+    encoded_as,
     is_utf8_name,
     path_text,
     plan_sources,
@@ -408,11 +410,45 @@ class _Tally:
         if self.kept or self.first is None:
             return
         line, reason, raw = self.first
-        snippet = raw[:80].decode("utf-8", "replace")
+        file, snippet = _reject_in(source, reason, raw)
         raise DataLossError(
-            f"{source.files[0].where}: all {self.records:,} records were rejected, "
+            f"{file.where}: all {self.records:,} records were rejected, "
             f"so no dataset was written; the first, line {line}, as {reason}: {snippet!r}"
-            + _read_with(source) + _NEXT_STEP.get(reason, ""))
+            + _read_with(source) + _next_step(reason, file))
+
+
+def _reject_in(source: Source, reason: str, raw: bytes) -> tuple[InputFile, str]:
+    """The file a reject's record is at fault in, and the start of its text: of a Moses pair
+    (whose record is the source line, a newline, the target line), the side that is not
+    UTF-8 or holds the NUL byte, not always the source."""
+    file, text = source.files[0], raw
+    if len(source.files) == 2 and reason in ("invalid_utf8", "nul_byte"):
+        sides = raw.split(b"\n", 1)
+        if len(sides) == 2:
+            def bad(side: bytes) -> bool:
+                if reason == "nul_byte":
+                    return b"\0" in side
+                try:
+                    side.decode("utf-8")
+                except UnicodeDecodeError:
+                    return True
+                return False
+            if not bad(sides[0]) and bad(sides[1]):
+                file, text = source.files[1], sides[1]
+            elif bad(sides[0]):
+                text = sides[0]
+    return file, text[:80].decode("utf-8", "replace")
+
+
+def _next_step(reason: str, file: InputFile) -> str:
+    """What to change for a reason that rejected an input's records: for text that is not
+    UTF-8, what the file's first bytes say it is (UTF-16, a compressed file misnamed)."""
+    what = encoded_as(file) if reason == "invalid_utf8" else None
+    if what is not None:
+        return f"; {file.path.name} is {what}"
+    return _NEXT_STEP.get(reason, "")
+
+
 
 
 def _read_with(source: Source) -> str:
@@ -477,12 +513,11 @@ def _check_heavy_loss(plan: SourcePlan, counts: Counter[str],
     if n <= HEAVY_LOSS_SHARE * records:
         return
     input_index, line, raw = first[reason]
-    where = plan.sources[input_index].files[0].where
-    snippet = raw[:80].decode("utf-8", "replace")
+    file, snippet = _reject_in(plan.sources[input_index], reason, raw)
     raise DataLossError(
         f"{reason} rejects {n:,} of the {records:,} records ({n / records:.0%}), so no dataset "
-        f"was written; the first, {where} line {line}: {snippet!r}"
-        + _read_with(plan.sources[input_index]) + _NEXT_STEP.get(reason, "")
+        f"was written; the first, {file.where} line {line}: {snippet!r}"
+        + _read_with(plan.sources[input_index]) + _next_step(reason, file)
         + "; pass allow_heavy_loss=True to write it anyway")
 
 

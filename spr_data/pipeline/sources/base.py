@@ -372,3 +372,29 @@ class Source:
     def lineage(self) -> dict[str, Any]:
         return {"format": self.format, **self.options(), "records": self.records,
                 "files": [f.lineage() for f in self.files]}
+
+
+#: first bytes of files whose text is not UTF-8 → what to say of them
+_SIGNATURES = (
+    (b"\xff\xfe", "UTF-16 text (a little-endian byte order mark): convert it to UTF-8 first "
+     "(e.g. iconv -f UTF-16 -t UTF-8)"),
+    (b"\xfe\xff", "UTF-16 text (a big-endian byte order mark): convert it to UTF-8 first "
+     "(e.g. iconv -f UTF-16 -t UTF-8)"),
+    (b"\x1f\x8b", "gzip-compressed: name it with .gz, and it is read as such"),
+    (b"\xfd7zXZ\x00", "xz-compressed: name it with .xz, and it is read as such"),
+    (b"BZh", "bzip2-compressed: name it with .bz2, and it is read as such"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed: name it with .zst, and it is read as such"),
+)
+
+
+def encoded_as(file: InputFile) -> str | None:
+    """What a local input's first bytes say it is, where that is not UTF-8 text (None:
+    nothing known, or not a local file, or already read as compressed)."""
+    if file.url is not None or file.compression is not None:
+        return None
+    try:
+        with open(file.path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return None
+    return next((what for magic, what in _SIGNATURES if head.startswith(magic)), None)

@@ -14,6 +14,7 @@ from spr_data.pipeline.sources.base import (
     RecordChunk,
     Source,
     decode,
+    encoded_as,
     has_nul,
     is_empty,
     iter_line_blocks,
@@ -59,7 +60,8 @@ class MosesSource(Source):
                             f"Moses pair has different line counts: {src_file.where} has "
                             f"{src_file.lines} lines, {tgt_file.where} has "
                             f"{tgt_file.lines}; the two files must be line-aligned"
-                        )
+                            + "".join(f"; {f.path.name} is {what}" for f in self.files
+                                      if (what := encoded_as(f)) is not None))
                     if len(block):
                         yield _blank_records(line, block)
                         line += len(block)
