@@ -9,19 +9,20 @@ from __future__ import annotations
 import signal
 import sys
 
-INTERRUPTED = "interrupted; rerun the same command to resume"
+from spr_data.errors import interrupted
 
 
 def main() -> None:
+    command = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
     try:
         from spr_data.cli import app
     except KeyboardInterrupt:
-        sys.stderr.write(f"error: {INTERRUPTED}\n")
+        sys.stderr.write(f"error: {interrupted(command)}\n")
         raise SystemExit(128 + signal.SIGINT) from None
     try:
         app()
     except KeyboardInterrupt:  # between the imports and a command's own handler
-        sys.stderr.write(f"error: {INTERRUPTED}\n")
+        sys.stderr.write(f"error: {interrupted(command)}\n")
         raise SystemExit(128 + signal.SIGINT) from None
 
 

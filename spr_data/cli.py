@@ -18,7 +18,7 @@ from typer.core import TyperGroup
 
 from spr_data import console
 from spr_data._version import __version__
-from spr_data.errors import InputError, SprDataError
+from spr_data.errors import InputError, SprDataError, interrupted
 from spr_data.fsio import atomic_write_bytes
 
 if TYPE_CHECKING:
@@ -150,8 +150,7 @@ def _reports_errors(fn: F) -> F:
             _fail(_cli_text(str(exc)), exc.exit_code, as_json=as_json)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see _terminate): the run's work
             # state and lock are already cleaned up by the with-blocks it unwound through
-            _fail("interrupted; rerun the same command to resume", 128 + _state["signal"],
-                  as_json=as_json)
+            _fail(interrupted(fn.__name__), 128 + _state["signal"], as_json=as_json)
         except (typer.Exit, typer.Abort):
             raise
         except OSError as exc:  # a disk that filled up under a step's work files, say
@@ -284,8 +283,15 @@ def _parse_weights(text: str) -> dict[str, float]:
     return weights
 
 
-def _split_list(text: str | None) -> list[str] | None:
-    return [p.strip() for p in text.split(",")] if text else None
+def _split_list(text: str | None, option: str) -> list[str] | None:
+    """``A,B`` → ``["A", "B"]``; an empty value or item is refused (``--keys ""`` was taken
+    for no option at all)."""
+    if text is None:
+        return None
+    items = [p.strip() for p in text.split(",")]
+    if not all(items):
+        raise InputError(f"{option} {text!r} has an empty name; give them as A,B")
+    return items
 
 
 @app.command()
@@ -331,15 +337,19 @@ def ingest(
     from spr_data.pipeline.ingest import ingest as run_ingest
     from spr_data.pipeline.sources import parse_langs
 
-    if langs and lang:
+    if langs is not None and lang is not None:
         raise InputError("pass --langs SRC-TGT for a parallel corpus or --lang L for a mono one, "
                          "not both")
-    lang_list = parse_langs(langs) if langs else [lang] if lang else None
+    if lang is not None and not lang.strip():
+        raise InputError("--lang is empty: give a language code (en, zh-CN), or leave it out to "
+                         "take it from the file name")
+    lang_list = parse_langs(langs) if langs is not None else [lang] if lang else None
     with _executor(executor, ray_address, workers) as runner, \
             console.progress_bytes("ingest", enabled=not quiet) as progress:
         summary = run_ingest(
-            inputs, out, format=format, langs=lang_list, columns=_split_list(columns),
-            keys=_split_list(keys), shard_rows=shard_rows, shard_bytes=parse_size(shard_bytes),
+            inputs, out, format=format, langs=lang_list,
+            columns=_split_list(columns, "--columns"), keys=_split_list(keys, "--keys"),
+            shard_rows=shard_rows, shard_bytes=parse_size(shard_bytes),
             overwrite=overwrite, on_progress=progress,
             retry=_reader(retries, None).retry, workers=None if runner else workers,
             executor=runner, work_dir=work_dir, allow_heavy_loss=allow_heavy_loss)

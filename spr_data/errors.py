@@ -7,6 +7,7 @@ print it as one line. ``exit_code`` is what the CLI exits with.
 from __future__ import annotations
 
 __all__ = [
+    "RESUMABLE",
     "DataLossError",
     "DatasetError",
     "InputError",
@@ -14,6 +15,7 @@ __all__ = [
     "OutputError",
     "ReadError",
     "SprDataError",
+    "interrupted",
 ]
 
 
@@ -62,3 +64,13 @@ class DataLossError(SprDataError):
     wrong keys). Nothing is published; the message names the reason and a sample."""
 
     exit_code = 1
+
+
+#: the commands whose work a rerun takes up where an interrupted run stopped
+RESUMABLE = ("clean", "tokenize")
+
+
+def interrupted(command: str | None) -> str:
+    """The line an interrupted command ends with: a rerun resumes it, or starts again."""
+    again = "resume" if command in RESUMABLE else "start again"
+    return f"interrupted; rerun the same command to {again}"

@@ -149,6 +149,9 @@ def read_manifest(directory: Path) -> Manifest:
     if not directory.exists():
         raise DatasetError(f"{directory} does not exist")
     if not directory.is_dir():
+        if directory.name == MANIFEST_NAME:
+            raise DatasetError(f"{directory} is a dataset's manifest; name the dataset by its "
+                               f"directory: {directory.parent}")
         raise DatasetError(f"{directory} is a file, not a dataset directory; make a dataset "
                            f"of it first: spr-data ingest {directory} --out DIR")
     if not path.is_file():

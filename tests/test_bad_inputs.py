@@ -560,3 +560,56 @@ def test_a_file_without_any_tsv_line_is_an_error_not_all_rejects(tmp_path: Path)
     result = run_cli("ingest", src, "--out", tmp_path / "ds")
     assert result.exit_code == 2 and "tab-separated fields" in result.stderr
     assert not (tmp_path / "ds").exists()
+
+
+# --- options that do not fit the inputs (a new user's first hour) -----------------------------
+
+def test_options_that_do_not_fit_the_inputs_are_refused_not_ignored(tmp_path: Path):
+    tsv = write(tmp_path / "t.en-de.tsv", b"Two dogs.\tZwei Hunde.\n" * 20)
+    jsonl = write(tmp_path / "k.en-de.jsonl",
+                  b'{"en": "Two dogs.", "de": "Zwei Hunde."}\n' * 20)
+    en = write(tmp_path / "c.en", b"Two dogs.\n" * 20)
+    de = write(tmp_path / "c.de", b"Zwei Hunde.\n" * 20)
+    refused = {
+        ("--langs", ""): "should be SRC-TGT", ("--lang", ""): "--lang is empty",
+        ("--keys", ""): "has an empty name", ("--columns", "0,"): "has an empty name",
+        ("--keys", "en,de"): "no input is JSONL",
+    }
+    for (option, value), said in refused.items():
+        result = run_cli("ingest", tsv, "--out", tmp_path / "ds", option, value)
+        assert result.exit_code == 2 and said in result.stderr, (option, result.stderr)
+    for inputs in ([jsonl], [en, de]):
+        result = run_cli("ingest", *inputs, "--out", tmp_path / "ds", "--columns", "0,1")
+        assert result.exit_code == 2 and "no input is TSV or Parquet" in result.stderr
+    assert not (tmp_path / "ds").exists() or not any((tmp_path / "ds").iterdir())
+
+
+def test_the_languages_follow_the_columns_chosen(tmp_path: Path):
+    """``pairs.en-de.tsv --columns 1,0`` puts the German in src: the dataset is de-en (it
+    stayed en-de, each side labelled with the other's language)."""
+    tsv = write(tmp_path / "p.en-de.tsv", b"Two dogs.\tZwei Hunde.\n" * 20)
+    jsonl = write(tmp_path / "p.en-de.jsonl",
+                  b'{"en": "Two dogs.", "de": "Zwei Hunde."}\n' * 20)
+    for path, option in ((tsv, {"columns": ["1", "0"]}), (jsonl, {"keys": ["de", "en"]})):
+        summary = ingest([path], tmp_path / path.suffix[1:], **option)  # type: ignore[arg-type]
+        assert summary.langs == ["de", "en"]
+        first = open_dataset(tmp_path / path.suffix[1:]).take([0]).to_pylist()[0]
+        assert (first["src"], first["tgt"]) == ("Zwei Hunde.", "Two dogs.")
+    assert ingest([tsv], tmp_path / "as_named").langs == ["en", "de"]
+
+
+def test_a_moses_pair_with_upper_case_suffixes_and_lines_of_spaces(tmp_path: Path):
+    en = write(tmp_path / "corpus.EN", b"Two dogs.\n   \nA cat.\n\t\n")
+    de = write(tmp_path / "corpus.DE", b"Zwei Hunde.\nEin Haus.\nEine Katze.\n \n")
+    summary = ingest([en, de], tmp_path / "ds")
+    assert (summary.kind, summary.langs, summary.rows) == ("parallel", ["en", "de"], 2)
+    assert summary.rejects == {"empty_field": 1, "empty_line": 1}
+
+
+def test_info_on_a_manifest_file_names_the_dataset_directory(tmp_path: Path):
+    tsv = write(tmp_path / "t.en-de.tsv", b"Two dogs.\tZwei Hunde.\n" * 5)
+    ingest([tsv], tmp_path / "ds")
+    result = run_cli("info", tmp_path / "ds" / "manifest.json")
+    assert result.exit_code != 0
+    assert f"name the dataset by its directory: {tmp_path / 'ds'}" in result.stderr
+    assert "spr-data ingest" not in result.stderr

@@ -212,7 +212,7 @@ def test_ctrl_c_during_the_imports_is_one_line(tmp_path: Path, trigger: str):
     rest = proc.stderr.read()
     proc.wait(timeout=60)
     said = [line for line in rest.splitlines() if not line.startswith("import time:")]
-    assert said == ["error: interrupted; rerun the same command to resume"], rest[-3000:]
+    assert said == ["error: interrupted; rerun the same command to start again"], rest[-3000:]
     assert proc.returncode == 130
 
 

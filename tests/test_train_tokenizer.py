@@ -244,3 +244,13 @@ def test_an_earlier_runs_tokenizer_is_replaced_only_with_overwrite(corpora: Path
     (out / "tokenizer.json").write_text("{}")
     edited = run_cli(*args, "--overwrite")
     assert edited.exit_code == 2 and "was not written by spr-data" in edited.stderr
+
+
+def test_a_byte_bpe_smaller_than_its_bytes_is_refused(tmp_path: Path):
+    """It made 256 tokens and no merge for --vocab-size 100, and said nothing."""
+    text = tmp_path / "t.en.txt"
+    text.write_text("Two dogs play in the snow.\n" * 50, encoding="utf-8")
+    result = run_cli("train-tokenizer", text, "--out", tmp_path / "tok", "--kind", "byte-bpe",
+                     "--vocab-size", "100")
+    assert result.exit_code == 2 and "below the 256 bytes" in result.stderr
+    assert not (tmp_path / "tok" / "tokenizer.json").exists()

@@ -303,6 +303,10 @@ def _check_out(out: Path, overwrite: bool) -> None:
                          f"({', '.join(found)}); pass overwrite=True to replace it")
 
 
+#: the tokens a byte-level BPE holds before its first merge
+_BYTES = 256
+
+
 def _train_tokenizer(inputs: Sequence[str | Path], out: Path, *, kind: str, vocab_size: int,
                      balance: str, alpha: float, weights: dict[str, float] | None, seed: int,
                      reader: ReaderOptions | None, on_progress: Progress,
@@ -313,6 +317,10 @@ def _train_tokenizer(inputs: Sequence[str | Path], out: Path, *, kind: str, voca
         raise InputError(f"--balance {balance!r} is not one of script, lang, none")
     if not 0.0 <= alpha <= 1.0:
         raise InputError(f"--alpha should be between 0 and 1, found {alpha}")
+    if kind == "byte-bpe" and vocab_size < _BYTES:
+        raise InputError(f"--vocab-size {vocab_size} is below the {_BYTES} bytes a byte-level "
+                         f"BPE starts from (it would make {_BYTES} tokens and no merge); ask "
+                         f"for more than {_BYTES}")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

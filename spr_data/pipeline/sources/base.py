@@ -316,7 +316,9 @@ def ints(arr: pa.Array) -> np.ndarray:
 
 
 def is_empty(text: pa.Array) -> np.ndarray:
-    return np.asarray(ints(pc.binary_length(text)) == 0, dtype=bool)
+    """Empty or only whitespace (a line of spaces or tabs says nothing either)."""
+    blank = pc.or_(pc.equal(pc.binary_length(text), 0), pc.utf8_is_space(text))
+    return np.asarray(blank.fill_null(True).to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def take_raw(lines: pa.Array) -> Callable[[np.ndarray], pa.Array]:

@@ -71,7 +71,7 @@ def _moses_langs(a: Path, b: Path, *, named_apart: bool = False) -> tuple[str, s
     stems differ and that end in a text extension, each giving a language code
     (``newstest2019-src.eng.txt.gz`` + ``newstest2019-ref.rus.txt.gz`` → ``("eng", "rus")``)."""
     sa, sb = Path(_strip_compression(a)), Path(_strip_compression(b))
-    la, lb = sa.suffix[1:], sb.suffix[1:]
+    la, lb = sa.suffix[1:].lower(), sb.suffix[1:].lower()  # corpus.EN corpus.DE too
     if sa.stem == sb.stem and la != lb and _LANG_SUFFIX.match(la) and _LANG_SUFFIX.match(lb):
         return la, lb
     if not named_apart:
@@ -80,7 +80,7 @@ def _moses_langs(a: Path, b: Path, *, named_apart: bool = False) -> tuple[str, s
     for name in (sa, sb):
         if _format_of(name) == "text":  # .txt: the code is the suffix before it
             name = Path(name.stem)
-        code = name.suffix[1:]
+        code = name.suffix[1:].lower()
         if not _LANG_SUFFIX.match(code) or problem(code) is not None:
             return None
         codes.append(code)
@@ -280,6 +280,17 @@ def plan_sources(
             groups.append((fmt, [paths[i]]))
             i += 1
 
+    given = {fmt for fmt, _ in groups}
+    if keys is not None and "jsonl" not in given:
+        raise InputError(f"--keys names the keys of JSONL records, and no input is JSONL (they "
+                         f"are {', '.join(sorted(given))}); choose TSV or Parquet columns "
+                         "with --columns")
+    if columns is not None and not given & {"tsv", "parquet"}:
+        raise InputError(f"--columns chooses TSV or Parquet columns, and no input is TSV or "
+                         f"Parquet (they are {', '.join(sorted(given))})"
+                         + ("; name the keys of JSONL records with --keys"
+                            if "jsonl" in given else ""))
+
     def kind_of(fmt: str) -> Kind:
         return SOURCES[fmt].fixed_kind or kind or "parallel"
 
@@ -315,6 +326,10 @@ def plan_sources(
         else:
             found = (_chosen_side_of_pair_name(ps[0], fmt, columns or keys)
                      if final_kind == "mono" else langs_from_name(ps[0], final_kind))
+            chosen = list(columns or keys or [])
+            if found and len(found) == 2 and (chosen == ["1", "0"] or (
+                    sorted(chosen) == sorted(found) and chosen != list(found))):
+                found = [found[1], found[0]]  # pairs.eng-cmn.tsv read as --columns 1,0
             if found:
                 guessed.add(tuple(found))
                 _check_langs_fit_names(langs, [shown(ps[0])], found)
