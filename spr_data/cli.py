@@ -245,20 +245,27 @@ def _check_output_file(path: Path | None, option: str, *, inputs: Sequence[str] 
                          "choose another file name, or remove that file first")
 
 
+#: a report larger than this is not one ``fertility-report`` wrote (it is not read whole)
+_LARGEST_REPORT = 64 << 20
+
+
 def _written_by(path: Path, option: str) -> bool:
     """Whether ``path`` holds what ``fertility-report``'s ``option`` writes (so a rerun may
     replace it): its JSON report, its Markdown tables, its chart."""
     import json
 
     try:
-        head = path.open("rb").read(1 << 16).decode("utf-8", errors="replace")
+        with path.open("rb") as f:
+            head = f.read(1 << 16).decode("utf-8", errors="replace")
         if option == "--json":
+            if not head.lstrip().startswith("{") or path.stat().st_size > _LARGEST_REPORT:
+                return False
             found = json.loads(path.read_text(encoding="utf-8"))
             return isinstance(found, dict) and {"tokenizers", "reference", "warnings"} <= set(found)
     except (OSError, ValueError):
         return False
     if option == "--markdown":
-        return head.startswith("### ")
+        return head.startswith(("### ", "- warning: "))
     return head.startswith("<!doctype html><meta charset='utf-8'><title>")
 
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from spr_data import OutputError, ingest, open_dataset, verify_dataset
+from spr_data import InputError, OutputError, ingest, open_dataset, verify_dataset
 from spr_data.outdir import REJECTS_DIR
 from tests.conftest import run_cli, small_tmpfs
 
@@ -613,3 +613,29 @@ def test_info_on_a_manifest_file_names_the_dataset_directory(tmp_path: Path):
     assert result.exit_code != 0
     assert f"name the dataset by its directory: {tmp_path / 'ds'}" in result.stderr
     assert "spr-data ingest" not in result.stderr
+
+
+def test_what_looks_like_a_pair_or_a_report_is_judged_narrowly(tmp_path: Path):
+    """Found by a review of the first-hour fixes: names whose parts are no languages are two
+    mono files; a JSONL field of spaces is empty as a TSV's is; --keys swaps only JSONL's
+    languages; a large file is never read whole to tell whether it is a report."""
+    old = write(tmp_path / "notes.old.txt", b"first\n")
+    new = write(tmp_path / "notes.new.txt", b"second\n")
+    assert ingest([old, new], tmp_path / "notes").rows == 2
+    upper = [write(tmp_path / "wiki.EN.txt", b"Two dogs.\n"),
+             write(tmp_path / "wiki.DE.txt", b"Zwei Hunde.\n")]
+    with pytest.raises(InputError, match="look like the two sides of a pair"):
+        ingest(upper, tmp_path / "wiki")
+    jsonl = write(tmp_path / "s.en-de.jsonl", b'{"en": "  ", "de": "x"}\n'
+                  + b'{"en": "\\u3000", "de": "y"}\n' + b'{"en": "Hi.", "de": "Hallo."}\n')
+    summary = ingest([jsonl], tmp_path / "spaces")
+    assert summary.rows == 1 and summary.rejects == {"empty_field": 2}
+    tsv = write(tmp_path / "p.en-de.tsv", b"Hello\tHallo\n")
+    pair = write(tmp_path / "p.en-de.jsonl", b'{"en": "Hello", "de": "Hallo"}\n')
+    with pytest.raises(InputError, match="different language pairs"):
+        ingest([pair, tsv], tmp_path / "mixed", keys=["de", "en"])
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(200 << 20)  # sparse: 200 MB of NUL bytes, not a report
+    result = run_cli("fertility-report", old, "-t", "chars", "--json", big)
+    assert result.exit_code == 2 and "not a report this option wrote" in result.stderr

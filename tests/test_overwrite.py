@@ -219,6 +219,11 @@ def test_an_output_inside_the_input_or_in_a_datasets_rejects_is_refused(
             result = run_cli("clean", ds, "--out", out, "--recipe", recipe, "--workers", "1",
                              "--quiet", *flags)
             assert result.exit_code == 2 and "inside the input dataset" in result.stderr
+    (tmp_path / "elsewhere").mkdir()
+    (ds / "link").symlink_to(tmp_path / "elsewhere")  # inside DS by its path, not its target
+    result = run_cli("clean", ds, "--out", ds / "link" / "c", "--recipe", recipe, "--quiet")
+    assert result.exit_code == 2 and "inside the input dataset" in result.stderr
+    (ds / "link").unlink()
     tsv = tmp_path / "pairs.en-de.tsv"
     tsv.write_text("".join(f"a{i}\tb{i}\n" for i in range(50)), encoding="utf-8")
     result = run_cli("ingest", tsv, "--out", ds / REJECTS_DIR, "--overwrite", "--quiet")

@@ -252,5 +252,5 @@ def test_a_byte_bpe_smaller_than_its_bytes_is_refused(tmp_path: Path):
     text.write_text("Two dogs play in the snow.\n" * 50, encoding="utf-8")
     result = run_cli("train-tokenizer", text, "--out", tmp_path / "tok", "--kind", "byte-bpe",
                      "--vocab-size", "100")
-    assert result.exit_code == 2 and "below the 256 bytes" in result.stderr
+    assert result.exit_code == 2 and "not above the 256 bytes" in result.stderr
     assert not (tmp_path / "tok" / "tokenizer.json").exists()

@@ -113,7 +113,9 @@ def open_input(dataset: str | Path, out: str | Path, *, command: str,
         same = location.split("?")[0].rstrip("/") == str(dataset).split("?")[0].rstrip("/")
     else:
         same = Path(out).resolve() == Path(dataset).resolve()
-        if not source.remote and Path(dataset).resolve() in Path(out).resolve().parents:
+        inside = any(Path(f(dataset)) in Path(f(out)).parents
+                     for f in (os.path.realpath, os.path.abspath))  # a link in --out too
+        if not source.remote and inside:
             raise InputError(f"--out {out} is inside the input dataset {dataset}; choose a "
                              "directory outside it (readers that list the input's directory "
                              "would take the output's shards for its rows)")

@@ -317,8 +317,8 @@ def _train_tokenizer(inputs: Sequence[str | Path], out: Path, *, kind: str, voca
         raise InputError(f"--balance {balance!r} is not one of script, lang, none")
     if not 0.0 <= alpha <= 1.0:
         raise InputError(f"--alpha should be between 0 and 1, found {alpha}")
-    if kind == "byte-bpe" and vocab_size < _BYTES:
-        raise InputError(f"--vocab-size {vocab_size} is below the {_BYTES} bytes a byte-level "
+    if kind == "byte-bpe" and vocab_size <= _BYTES:
+        raise InputError(f"--vocab-size {vocab_size} is not above the {_BYTES} bytes a byte-level "
                          f"BPE starts from (it would make {_BYTES} tokens and no merge); ask "
                          f"for more than {_BYTES}")
     try:

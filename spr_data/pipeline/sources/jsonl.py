@@ -104,7 +104,7 @@ class JsonlSource(Source):
             return "invalid_json", empty
         if any("\x00" in v for v in got):
             return "nul_byte", empty
-        if any(not v for v in got):
+        if any(not v or v.isspace() for v in got):
             return "empty_field", empty
         return None, got
 

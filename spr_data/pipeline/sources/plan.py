@@ -95,10 +95,13 @@ def _refuse_a_pair_read_as_mono(groups: list[tuple[str, list[Path]]],
     (fa, (a,)), (fb, (b,)) = groups
     if fa != "text" or fb != "text" or not found[0] or not found[1]:
         return
+    from spr_data.qa.scripts import LANGUAGE_SCRIPTS, normalize_lang
+
     la, lb = found[0][0], found[1][0]
-    rest_a = [part for part in a.name.split(".") if part != la]
-    rest_b = [part for part in b.name.split(".") if part != lb]
-    if la != lb and rest_a == rest_b and len(rest_a) < len(a.name.split(".")):
+    rest_a = [part for part in a.name.lower().split(".") if part != la.lower()]
+    rest_b = [part for part in b.name.lower().split(".") if part != lb.lower()]
+    known = all(normalize_lang(code) in LANGUAGE_SCRIPTS for code in (la, lb))
+    if known and la != lb and rest_a == rest_b and len(rest_a) < len(a.name.split(".")):
         raise InputError(
             f"{a.name} and {b.name} look like the two sides of a pair (their names differ only "
             f"in the language, {la} and {lb}): pass --format moses to ingest them as a parallel "
@@ -172,6 +175,7 @@ def langs_from_name(path: Path, kind: Kind) -> list[str] | None:
         m = _LANG_PAIR_IN_NAME.search(stem)
         return [m.group(1), m.group(2)] if m else None
     suffix = Path(Path(stem).stem).suffix[1:] if _format_of(path) else Path(stem).suffix[1:]
+    suffix = suffix.lower()  # wiki.EN.txt as wiki.en.txt
     return [suffix] if suffix and _LANG_SUFFIX.match(suffix) else None
 
 
@@ -326,7 +330,7 @@ def plan_sources(
         else:
             found = (_chosen_side_of_pair_name(ps[0], fmt, columns or keys)
                      if final_kind == "mono" else langs_from_name(ps[0], final_kind))
-            chosen = list(columns or keys or [])
+            chosen = list((keys if fmt == "jsonl" else columns) or [])
             if found and len(found) == 2 and (chosen == ["1", "0"] or (
                     sorted(chosen) == sorted(found) and chosen != list(found))):
                 found = [found[1], found[0]]  # pairs.eng-cmn.tsv read as --columns 1,0
