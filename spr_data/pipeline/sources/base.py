@@ -316,9 +316,27 @@ def ints(arr: pa.Array) -> np.ndarray:
 
 
 def is_empty(text: pa.Array) -> np.ndarray:
-    """Empty or only whitespace (a line of spaces or tabs says nothing either)."""
-    blank = pc.or_(pc.equal(pc.binary_length(text), 0), pc.utf8_is_space(text))
-    return np.asarray(blank.fill_null(True).to_numpy(zero_copy_only=False), dtype=bool)
+    """Empty or only whitespace (a line of spaces or tabs says nothing either). Only rows
+    whose first byte can start a whitespace character are tested whole (Arrow's
+    ``utf8_is_space`` over every row cost ingest a sixth of its time)."""
+    from spr_data.qa.scripts import utf8_bytes
+
+    raw, offsets = utf8_bytes(text)
+    out: np.ndarray = offsets[1:] == offsets[:-1]
+    if not len(raw):
+        return out
+    first = raw[np.minimum(offsets[:-1], len(raw) - 1)]  # each row's first byte
+    rows = np.flatnonzero(_SPACE_LEAD[first] & ~out)
+    if len(rows):
+        out[rows] = np.asarray(pc.utf8_is_space(text.take(pa.array(rows)))
+                               .to_numpy(zero_copy_only=False), dtype=bool)
+    return out
+
+
+#: the first bytes of the UTF-8 of every whitespace character (ASCII's, U+001C-001F, U+0085,
+#: U+00A0, U+1680, U+2000-200A, U+2028-2029, U+202F, U+205F, U+3000)
+_SPACE_LEAD = np.zeros(256, dtype=bool)
+_SPACE_LEAD[[*range(0x09, 0x0E), *range(0x1C, 0x21), 0xC2, 0xE1, 0xE2, 0xE3]] = True
 
 
 def take_raw(lines: pa.Array) -> Callable[[np.ndarray], pa.Array]:
