@@ -254,3 +254,21 @@ def test_a_byte_bpe_smaller_than_its_bytes_is_refused(tmp_path: Path):
                      "--vocab-size", "100")
     assert result.exit_code == 2 and "not above the 256 bytes" in result.stderr
     assert not (tmp_path / "tok" / "tokenizer.json").exists()
+
+
+@pytest.mark.parametrize("kind", ["bpe", "byte-bpe"])
+def test_a_trained_bpe_decodes_what_it_encodes(corpora: Path, tmp_path: Path, kind: str):
+    """``bpe`` keeps each word's space in its token (" man"); without a decoder Hugging Face
+    joined the tokens with a space each ("A  man  rid es"), and a model's output read so."""
+    import tokenizers
+
+    lines = gzip.decompress((corpora / "parallel/multi30k/train.en.gz").read_bytes()
+                            ).decode().splitlines()[:3000]
+    text = tmp_path / "m.en.txt"
+    text.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = run_cli("train-tokenizer", text, "--out", tmp_path / "tok", "--kind", kind,
+                     "--vocab-size", "800")
+    assert result.exit_code == 0, result.stderr
+    tok = tokenizers.Tokenizer.from_file(str(tmp_path / "tok" / "tokenizer.json"))
+    for line in lines[:200]:
+        assert tok.decode(tok.encode(line).ids) == line

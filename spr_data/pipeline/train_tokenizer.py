@@ -402,6 +402,9 @@ def _train_hf(texts: Iterator[str], target: Path, kind: str, vocab_size: int,
     else:
         tok = Tokenizer(models.BPE(unk_token="<unk>"))
         tok.pre_tokenizer = split
+        # the split keeps each word's space in its token (" Mann"): decoding joins the
+        # tokens as they are (without a decoder, Hugging Face puts a space between each)
+        tok.decoder = decoders.Fuse()
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
                                       special_tokens=["<unk>"])
     tok.train_from_iterator(texts, trainer=trainer)
