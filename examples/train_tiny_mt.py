@@ -1,10 +1,12 @@
 """Train a tiny Transformer translation model on CPU, the spr-data way, end to end.
 
-    python examples/train_tiny_mt.py --work /tmp/tiny-mt [--data eng-cmn.tsv] [--steps 300]
+    python examples/train_tiny_mt.py --work /tmp/tiny-mt [--steps 300]
+    python examples/train_tiny_mt.py --work /tmp/tiny-de --data pairs.tsv --langs en,de
     python examples/train_tiny_mt.py --work /tmp/tiny-mt --steps 600 --resume
 
 1. ``ingest`` the data (default: the Tatoeba eng–cmn sample shipped with spr-data, or any
-   tab-separated file given with ``--data``), ``clean`` it, train a SentencePiece tokenizer on
+   tab-separated file given with ``--data``, its languages with ``--langs``), ``clean`` it,
+   train a SentencePiece tokenizer on
    the clean pairs and ``tokenize`` them;
 2. check that every trainable parameter gets a finite, non-zero gradient on the first batch
    (``assert_gradient_flow``) before spending any time training;
@@ -38,7 +40,9 @@ from torch import nn
 
 from spr_data import ingest
 from spr_data.demo import demo_data_dir
+from spr_data.errors import SprDataError
 from spr_data.pipeline.clean import clean
+from spr_data.pipeline.sources import parse_langs
 from spr_data.pipeline.tokenize import tokenize
 from spr_data.pipeline.torch_data import CoverageMonitor, SprIterableDataset
 from spr_data.pipeline.train_tokenizer import train_tokenizer
@@ -63,13 +67,14 @@ def pick_threads(requested: int | None = None, *, cores: int | None = None,
     return max(1, min(cores, math.floor(cores - load + 0.5)))
 
 
-def prepare(work: Path, data: Path | None, vocab_size: int = 2000) -> tuple[Path, int]:
+def prepare(work: Path, data: Path | None, vocab_size: int = 2000,
+            langs: tuple[str, str] = ("en", "zh")) -> tuple[Path, int]:
     """Raw pairs → ingest → clean → tokenizer → tokenize; returns (dataset, vocabulary)."""
     tokenized = work / "tokenized"
     model_file = work / "tokenizer" / "tokenizer.model"
     if not (tokenized / "manifest.json").exists():
         source = data or demo_data_dir() / "tatoeba_eng-cmn.sample.tsv"
-        ingest([source], work / "raw", langs=["en", "zh"], overwrite=True)
+        ingest([source], work / "raw", langs=list(langs), overwrite=True)
         clean(work / "raw", work / "clean", workers=1, overwrite=True)
         train_tokenizer([work / "clean"], work / "tokenizer", kind="sentencepiece-bpe",
                         vocab_size=vocab_size, overwrite=True)
@@ -133,22 +138,25 @@ def _save(path: Path, state: dict[str, Any]) -> None:
 
 def train(work: Path, *, data: Path | None = None, steps: int = 300, max_tokens: int = 1500,
           save_every: int = 50, resume: bool = False, seed: int = 0,
-          log_every: int = 10, threads: int | None = None) -> list[dict[str, Any]]:
+          log_every: int = 10, threads: int | None = None,
+          langs: tuple[str, str] = ("en", "zh")) -> list[dict[str, Any]]:
     """Train to ``steps`` optimizer steps in all; return this call's step records."""
     before = torch.get_num_threads()
     torch.set_num_threads(pick_threads(threads))
     try:
         return _train(work, data=data, steps=steps, max_tokens=max_tokens,
-                      save_every=save_every, resume=resume, seed=seed, log_every=log_every)
+                      save_every=save_every, resume=resume, seed=seed, log_every=log_every,
+                      langs=langs)
     finally:
         torch.set_num_threads(before)
 
 
 def _train(work: Path, *, data: Path | None, steps: int, max_tokens: int, save_every: int,
-           resume: bool, seed: int, log_every: int) -> list[dict[str, Any]]:
+           resume: bool, seed: int, log_every: int,
+           langs: tuple[str, str]) -> list[dict[str, Any]]:
     work.mkdir(parents=True, exist_ok=True)
     print(f"torch threads: {torch.get_num_threads()}")
-    dataset, vocab = prepare(work, data)
+    dataset, vocab = prepare(work, data, langs=langs)
     torch.manual_seed(seed)
     model = TinyTransformer(vocab)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -221,7 +229,10 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--data", type=Path, default=None,
-                        help="Tab-separated English–Chinese pairs (default: the shipped sample)")
+                        help="Tab-separated pairs (default: the shipped English–Chinese sample)")
+    parser.add_argument("--langs", default="en,zh",
+                        help="the languages of --data's two columns, SRC,TGT or SRC-TGT "
+                             "(default: en,zh)")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--max-tokens", type=int, default=1500)
     parser.add_argument("--save-every", type=int, default=50)
@@ -229,8 +240,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: the cores not busy already, at least 1)")
     args = parser.parse_args()
-    train(args.work, data=args.data, steps=args.steps, max_tokens=args.max_tokens,
-          save_every=args.save_every, resume=args.resume, threads=args.threads)
+    try:
+        langs = parse_langs(args.langs)  # en,de or en-de; a typo'd code is refused
+        train(args.work, data=args.data, steps=args.steps, max_tokens=args.max_tokens,
+              save_every=args.save_every, resume=args.resume, threads=args.threads,
+              langs=(langs[0], langs[1]))
+    except SprDataError as error:  # bad data or options: one line, as the spr-data command does
+        raise SystemExit(f"error: {error}") from None
 
 
 if __name__ == "__main__":
