@@ -480,8 +480,13 @@ def show_info(info: DatasetInfo) -> None:
                       f"{lineage.get('version', '?')}) at {lineage.get('created', '?')}")
     parent = lineage.get("parent")
     if isinstance(parent, dict):
+        tokenizer = lineage.get("tokenizer")
+        made_with = (f"tokenizer {tokenizer.get('path', '?')} ({tokenizer.get('kind', '?')}, "
+                     f"{_number(tokenizer.get('vocab_size'))} tokens, "
+                     f"{tokenizer.get('sha256', '?')})" if isinstance(tokenizer, dict)
+                     else f"recipe {lineage.get('recipe_hash', '?')}")
         console.out.print(f"  from {parent.get('path')} ({_number(parent.get('rows'))} rows); "
-                          f"recipe {lineage.get('recipe_hash', '?')}")
+                          f"{made_with}")
     inputs = lineage.get("inputs")
     for i, source in enumerate(inputs if isinstance(inputs, list) else []):
         if not isinstance(source, dict):

@@ -65,6 +65,9 @@ def test_info_fits_80_columns_on_clean_tokenized_and_rejects(demo_datasets: Path
     ids = [line for line in tokenized.stdout.splitlines() if "src_ids" in line and "[" in line]
     assert len(ids) == 2 and all(" ids: " in line and line.rstrip().endswith("…]")
                                  for line in ids), ids
+    # what made the token ids, not a clean's recipe ("recipe ?")
+    said = " ".join(tokenized.stdout.split())
+    assert "recipe ?" not in said and "tokenizer " in said and "tokens, sha256:" in said
 
     rejects = spr("info", demo_datasets / "opennmt-en-de" / REJECTS_DIR)
     assert rejects.returncode == 0, rejects.stderr
