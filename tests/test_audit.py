@@ -111,6 +111,26 @@ def test_accounting_follows_the_lineage_through_clean(multi30k: Path, tmp_path: 
     assert not broken.checks["accounting"]["ok"]
 
 
+def test_a_parent_that_is_gone_is_the_one_problem_said(tmp_path: Path):
+    """Ingest rejected a row, so the clean's ids are not 0..rows_in; with the parent gone,
+    audit said "the id sets differ" of a stage it had no ids to compare with."""
+    import shutil
+
+    tsv = tmp_path / "p.en-de.tsv"
+    tsv.write_text("".join(f"Two dogs {i}.\tZwei Hunde {i}.\n" if i != 4 else "x\t\n"
+                           for i in range(300)), encoding="utf-8")
+    ingest([tsv], tmp_path / "raw")
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('stages = ["normalize"]\n')
+    clean(tmp_path / "raw", tmp_path / "clean", recipe=recipe, workers=1)
+    shutil.rmtree(tmp_path / "raw")
+    accounting = audit_dataset(tmp_path / "clean").checks["accounting"]
+    assert not accounting["ok"] and len(accounting["problems"]) == 1
+    assert "cannot be opened" in accounting["problems"][0]
+    assert accounting["stages"] == [{"stage": "clean", "path": str(tmp_path / "clean"),
+                                     "rows_in": 299, "kept": 299, "rejected": 0, "ok": True}]
+
+
 def test_accounting_follows_a_tree_that_was_moved(corpora: Path, tmp_path: Path):
     """A dataset and the clean made of it, moved together: the lineage's absolute path is
     gone, its path relative to the child still finds the parent (its digest checked)."""
