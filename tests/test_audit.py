@@ -48,6 +48,30 @@ def test_a_full_epoch_of_every_row_passes(multi30k: Path, tmp_path: Path):
     assert report.checks["content"]["distinct_content"] > 28900
 
 
+def test_an_ids_log_of_spr_datas_loader_passes_with_its_settings(multi30k: Path,
+                                                                 tmp_path: Path):
+    """A fixed batch size drops the epoch's remainder by design (29,000 rows, 64 a batch: 8
+    missed); with the loader's settings given, the log's epochs are judged against what they
+    drop, as the replay is; without them, every row is still asked for."""
+    pytest.importorskip("torch")
+    from spr_data.pipeline.torch_data import SprIterableDataset
+
+    loader = SprIterableDataset(multi30k, batch_size=64, columns=[])
+    with IdsRecorder(tmp_path / "ids.log") as rec:
+        for epoch in range(2):
+            rec.next_epoch()
+            loader.set_epoch(epoch)
+            for batch in loader:
+                rec.record(batch["ids"].numpy())
+    given = run_cli("audit", multi30k, "--ids-log", tmp_path / "ids.log", "--batch-size", "64",
+                    "--epochs", "2", "--json")
+    assert given.exit_code == 0, given.stdout
+    epochs = json.loads(given.stdout)["ids_log"]["epochs"]
+    assert [(e["missed"], e["dropped_by_design"]) for e in epochs] == [(8, 8), (8, 8)]
+    strict = run_cli("audit", multi30k, "--ids-log", tmp_path / "ids.log", "--json")
+    assert strict.exit_code == 1 and json.loads(strict.stdout)["ids_log"]["ok"] is False
+
+
 def test_the_sliced_loader_fails_on_its_ids_log(multi30k: Path, tmp_path: Path):
     ids = buggy_loader(multi30k)
     log = tmp_path / "ids.log"

@@ -262,7 +262,10 @@ def _check_content(ds: Dataset, min_distinct: float) -> dict[str, Any]:
                 "sharding or sampling bug may repeat a few rows (the 2,000-pair bug)"]}
 
 
-def _check_ids_log(ds: Dataset, path: Path) -> dict[str, Any]:
+def _check_ids_log(ds: Dataset, path: Path, replay: Replay | None = None) -> dict[str, Any]:
+    """Each epoch of a loader's ids log covers every row once; with the loader's settings
+    (``replay``), as many rows missed and repeated as those settings drop and repeat by
+    design (the remainder a fixed batch size leaves, say), as :func:`_check_replay` counts."""
     ids = np.sort(_all_ids(ds).astype(np.int64))
     epochs = []
     problems = []
@@ -272,15 +275,23 @@ def _check_ids_log(ds: Dataset, path: Path) -> dict[str, Any]:
         missed = len(ids) - int(known.sum())
         repeats = len(seen) - len(distinct)
         unknown = int((~known).sum())
-        ok = missed == 0 and repeats == 0 and unknown == 0
+        dropped = repeated = 0
+        if replay is not None:
+            _, _, dropped, repeated = (_replay_fixed(len(ds), replay, number)
+                                       if replay.max_tokens is None
+                                       else _replay_tokens(ds, replay, number))
+        ok = missed == dropped and repeats == repeated and unknown == 0
         epochs.append({"epoch": number, "ok": ok, "seen": len(seen),
                        "distinct_rows": int(known.sum()), "repeats": repeats,
                        "missed": missed, "unknown_ids": unknown,
+                       "dropped_by_design": dropped, "repeated_by_design": repeated,
                        "coverage": round(int(known.sum()) / max(len(ids), 1), 6)})
         if not ok:
+            by_design = (f" (by design, for the settings given: {dropped:,} missed, "
+                         f"{repeated:,} repeats)" if replay is not None else "")
             problems.append(f"epoch {number}: {int(known.sum()):,} of {len(ids):,} rows seen "
                             f"({missed:,} missed), {repeats:,} repeats, {unknown:,} ids not in "
-                            "the dataset")
+                            f"the dataset{by_design}")
     return {"ok": not problems, "epochs": epochs, "problems": problems}
 
 
@@ -407,7 +418,7 @@ def audit_dataset(path: str | Path, *, ids_log: str | Path | None = None,
     if replay is not None:
         checks.append(("epoch_replay", lambda: _check_replay(ds, replay)))
     if ids_log is not None:
-        checks.append(("ids_log", lambda: _check_ids_log(ds, Path(ids_log))))
+        checks.append(("ids_log", lambda: _check_ids_log(ds, Path(ids_log), replay)))
     for name, check in checks:
         try:
             report.checks[name] = check()
