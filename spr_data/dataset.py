@@ -478,8 +478,12 @@ class Dataset:
         idx = given.astype(np.int64, copy=False).reshape(-1)
         n = self._rows
         if idx.min() < 0 or idx.max() >= n:
-            bad = idx[(idx < 0) | (idx >= n)][0]
-            raise IndexError(f"row {bad} is out of range for a dataset of {n} rows")
+            counted = np.where(idx < 0, idx + n, idx)  # -1 is the last row, as ds[-1]
+            wrong = (counted < 0) | (counted >= n)
+            if wrong.any():
+                raise IndexError(f"row {idx[wrong][0]} is out of range for a dataset of {n} "
+                                 "rows")
+            idx = counted
         return RowSelection(self, idx)
 
     def list_lengths(self, column: str, indices: np.ndarray) -> np.ndarray:

@@ -73,6 +73,11 @@ def test_getitem_and_bounds(sharded):
         ds[len(pairs)]
     with pytest.raises(IndexError):
         ds.take([0, len(pairs)])
+    # negative positions count from the end, as ds[-1] does (take([-1]) raised)
+    assert ds.take([-1, 0, -len(pairs)]).column("tgt").to_pylist() == [
+        pairs[-1][1], pairs[0][1], pairs[0][1]]
+    with pytest.raises(IndexError, match=f"row {-len(pairs) - 1} is out of range"):
+        ds.take([-len(pairs) - 1])
 
 
 def test_iter_batches_yields_every_row_once_in_order(sharded):
