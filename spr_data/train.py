@@ -39,6 +39,9 @@ __all__ = [
 log = logging.getLogger("spr_data.train")
 
 OK, MISSING, ZERO, NON_FINITE = "ok", "missing", "zero", "non_finite"
+#: a parameter ``allow_unused`` names, without a gradient or with a zero one: not a failure,
+#: and not "ok" either (a report that said "ok" hid that it got nothing)
+ALLOWED = "allowed"
 
 
 class GradientFlowError(AssertionError):
@@ -63,7 +66,7 @@ def check_gradient_flow(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Modu
     """Run ``loss_fn(model)`` (one forward pass that returns a scalar loss) and backward once;
     return, per trainable parameter, ``"ok"``, ``"missing"`` (no gradient: unused or detached),
     ``"zero"`` or ``"non_finite"``. Tied weights appear once, as ``"first (= second)"``.
-    ``allow_unused`` names (or ``fnmatch`` patterns) may be missing or zero."""
+    ``allow_unused`` names (or ``fnmatch`` patterns) may be missing or zero: ``"allowed"``."""
     params = {id(p): p for p in model.parameters() if p.requires_grad}
     if not params:
         raise InputError(f"{type(model).__name__} has no trainable parameters (all frozen, "
@@ -84,7 +87,7 @@ def check_gradient_flow(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Modu
             status = OK
         allowed = any(fnmatch.fnmatchcase(n, pattern) for n in names for pattern in allow_unused)
         if allowed and status in (MISSING, ZERO):
-            status = OK
+            status = ALLOWED
         label = names[0] if len(names) == 1 else f"{names[0]} (= {', '.join(names[1:])})"
         result[label] = status
     model.zero_grad(set_to_none=True)
@@ -99,7 +102,7 @@ def assert_gradient_flow(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Mod
         assert_gradient_flow(model, lambda m: m(**batch).loss)
     """
     flow = check_gradient_flow(model, loss_fn, allow_unused=allow_unused)
-    bad = {name: status for name, status in flow.items() if status != OK}
+    bad = {name: status for name, status in flow.items() if status not in (OK, ALLOWED)}
     if bad:
         lines = "\n".join(f"  {name}: {status}" for name, status in bad.items())
         raise GradientFlowError(f"{len(bad)} of {len(flow)} trainable parameters did not get a "

@@ -69,6 +69,9 @@ def test_a_parameter_unused_in_forward_is_missing_unless_allowed():
     assert "pooler.weight: missing" in str(caught.value) and "pooler.bias" in str(caught.value)
     assert "hidden" not in str(caught.value)
     assert_gradient_flow(Unused(), lm_loss, allow_unused=["pooler.*"])
+    flow = check_gradient_flow(Unused(), lm_loss, allow_unused=["pooler.*"])
+    assert flow["pooler.weight"] == flow["pooler.bias"] == "allowed"  # not "ok": it got nothing
+    assert flow["hidden.weight"] == "ok"
 
 
 class ZeroGradKernel(torch.autograd.Function):
