@@ -89,3 +89,26 @@ def run_cli(*args: object) -> CliResult:
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     return CliResult(result.exit_code, result.stdout, result.stderr)
+
+
+def sigkill_clean_midway(dataset: Path, out: Path, recipe: Path, *,
+                         overwrite: bool = False) -> None:
+    """A real ``clean`` process SIGKILLed once two units are decided (fails the test if it
+    finished first)."""
+    import signal
+    import sys
+    import time
+
+    code = ("import sys; from spr_data.pipeline.clean import clean; "
+            "clean(sys.argv[1], sys.argv[2], recipe=sys.argv[3], workers=1, "
+            f"overwrite={overwrite})")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(dataset), str(out), str(recipe)])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if len(list((out / ".work").glob("done-*.json"))) >= 2:
+            break
+        time.sleep(0.02)
+    if proc.poll() is not None:
+        pytest.fail("the clean run finished before it could be killed")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()

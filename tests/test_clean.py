@@ -12,7 +12,7 @@ import spr_data.pipeline.clean as clean_module
 from spr_data import InputError, OutputError, ingest, open_dataset, verify_dataset
 from spr_data.outdir import REJECTS_DIR
 from spr_data.pipeline.clean import clean
-from tests.conftest import run_cli
+from tests.conftest import run_cli, sigkill_clean_midway
 
 NO_ALIGN = 'stages = ["normalize", "rules", "langid", "dedup"]\n'
 
@@ -274,27 +274,10 @@ def test_clean_refuses_a_rejects_dataset_and_its_own_input(multi30k: Path, tmp_p
 
 def test_kill_9_mid_run_then_resume_gives_the_same_bytes(multi30k: Path, tmp_path: Path):
     """A real SIGKILL of a clean process, then a second run: same shards as an unkilled run."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
     recipe = recipe_file(tmp_path, NO_ALIGN)
     clean(multi30k, tmp_path / "whole", recipe=recipe, workers=1)
     out = tmp_path / "killed"
-    code = ("import sys; from spr_data.pipeline.clean import clean; "
-            "clean(sys.argv[1], sys.argv[2], recipe=sys.argv[3], workers=1)")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(multi30k), str(out), str(recipe)])
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if len(list((out / ".work").glob("done-*.json"))) >= 2:
-            break
-        time.sleep(0.02)
-    if proc.poll() is not None:
-        pytest.fail("the clean run finished before it could be killed")
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    sigkill_clean_midway(multi30k, out, recipe)
     assert not (out / "manifest.json").exists()
     report = clean(multi30k, out, recipe=recipe, workers=1)
     assert report.resumed_shards >= 2

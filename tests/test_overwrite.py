@@ -6,11 +6,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +16,7 @@ from spr_data.lock import LOCK_NAME
 from spr_data.manifest import MANIFEST_NAME
 from spr_data.outdir import REJECTS_DIR, WORK_DIR
 from spr_data.pipeline.clean import clean
-from tests.conftest import run_cli
+from tests.conftest import run_cli, sigkill_clean_midway
 
 NO_ALIGN = 'stages = ["normalize", "rules", "langid", "dedup"]\n'
 RULES_ONLY = 'stages = ["normalize", "rules"]\n'
@@ -179,19 +174,7 @@ def test_a_killed_clean_overwrite_leaves_the_old_output_readable(multi30k_ds: Pa
     out = tmp_path / "out"
     clean(multi30k_ds, out, recipe=first, workers=1)
     before = _files(out)
-    code = ("import sys; from spr_data.pipeline.clean import clean; "
-            "clean(sys.argv[1], sys.argv[2], recipe=sys.argv[3], workers=1, overwrite=True)")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(multi30k_ds), str(out),
-                             str(second)])
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if len(list((out / WORK_DIR).glob("done-*.json"))) >= 2:
-            break
-        time.sleep(0.02)
-    if proc.poll() is not None:
-        pytest.fail("the clean run finished before it could be killed")
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    sigkill_clean_midway(multi30k_ds, out, second, overwrite=True)
     left = {k: v for k, v in _files(out).items()
             if not k.startswith(WORK_DIR) and k != LOCK_NAME}  # the killed run's stale lock
     assert left == before
