@@ -376,6 +376,105 @@ def test_stateful_dataloader_resumes_mid_epoch_with_workers(tokenized: Path):
     assert head + tail == full
 
 
+@pytest.mark.parametrize("options", [{"batch_size": 40}, {"max_tokens": 800, "window": 2048}])
+@pytest.mark.parametrize("taken", [0, 1, 2])
+def test_stateful_dataloader_resumes_before_every_worker_has_yielded(tokenized: Path,
+                                                                    options: dict[str, Any],
+                                                                    taken: int):
+    """A checkpoint at the start of an epoch, or after fewer batches than workers: the
+    workers that yielded nothing yet still know which batch is theirs next (they once
+    all said batch 0: the resumed epoch read a third of its batches three times)."""
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+
+    def loader() -> Any:
+        ds = SprIterableDataset(tokenized, seed=5, **options)
+        ds.set_epoch(1)
+        return stateful.StatefulDataLoader(ds, batch_size=None, num_workers=3)
+
+    full = [b["batch"] for b in loader()]
+    first = loader()
+    it = iter(first)
+    head = [next(it)["batch"] for _ in range(taken)]
+    state = first.state_dict()
+    del it, first
+    second = loader()
+    second.load_state_dict(state)
+    assert head + [b["batch"] for b in second] == full == list(range(len(full)))
+
+
+@pytest.mark.parametrize("options", [{"batch_size": 40}, {"max_tokens": 800, "window": 2048}])
+def test_persistent_workers_follow_set_epoch(tokenized: Path, options: dict[str, Any]):
+    """``persistent_workers=True`` keeps the workers' copies of the dataset from epoch to
+    epoch: each still reads the epoch the main process set (they once replayed epoch 0)."""
+    reference = SprIterableDataset(tokenized, seed=5, **options)
+    expected = []
+    for epoch in range(3):
+        reference.set_epoch(epoch)
+        expected.append([b["ids"].tolist() for b in reference])
+    assert expected[0] != expected[1] != expected[2]
+    ds = SprIterableDataset(tokenized, seed=5, **options)
+    loader = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
+    got = []
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        got.append([b["ids"].tolist() for b in loader])
+    assert got == expected
+    # a resume point set in the main process reaches the same workers too
+    state = SprIterableDataset(tokenized, seed=5, **options).state_dict(batches_done=3)
+    state["epoch"] = 1
+    ds.load_state_dict(state)
+    ds.set_epoch(1)
+    assert [b["ids"].tolist() for b in loader] == expected[1][3:]
+
+
+def test_a_state_outside_its_epoch_is_refused(dataset: Path):
+    ds = SprIterableDataset(dataset, batch_size=50)
+    per_rank = len(ds)
+    for done in (per_rank + 1, 10 * per_rank):  # e.g. a global step counter
+        with pytest.raises(InputError, match="not the global step"):
+            SprIterableDataset(dataset, batch_size=50).load_state_dict(
+                ds.state_dict(batches_done=done))
+    with pytest.raises(InputError, match="batches_done should be a whole number ≥ 0, got -3"):
+        SprIterableDataset(dataset, batch_size=50).load_state_dict(ds.state_dict(batches_done=-3))
+    end = SprIterableDataset(dataset, batch_size=50)
+    end.load_state_dict(ds.state_dict(batches_done=per_rank))  # the epoch's end: nothing left
+    assert list(end) == []
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"batch_size": 0}, "batch_size should be a whole number ≥ 1, got 0"),
+    ({"max_tokens": 0}, "max_tokens should be a whole number ≥ 1, got 0"),
+    ({"batch_size": 2.5}, "batch_size should be a whole number ≥ 1, got 2.5"),
+    ({"batch_size": True}, "batch_size should be a whole number"),
+    ({"batch_size": 8, "window": 0}, "window should be a whole number ≥ 1, got 0"),
+    ({"batch_size": 8, "block": 1}, "block should be a whole number ≥ 2, got 1; leave it out"),
+    ({"batch_size": 8, "block": -2}, "block should be a whole number ≥ 2, got -2"),
+])
+def test_bad_loader_arguments_are_refused_where_they_are_given(tokenized: Path,
+                                                              options: dict[str, Any],
+                                                              message: str):
+    with pytest.raises(InputError, match=message.replace(".", r"\.")):
+        SprIterableDataset(tokenized, **options)
+
+
+def test_a_whole_float_budget_is_read_as_its_number(tokenized: Path):
+    as_float = SprIterableDataset(tokenized, max_tokens=16e3, seed=1)
+    as_int = SprIterableDataset(tokenized, max_tokens=16000, seed=1)
+    assert as_float.max_tokens == 16000
+    assert [b["ids"].tolist() for b in as_float] == [b["ids"].tolist() for b in as_int]
+
+
+def test_a_token_budget_with_a_tokenizer_says_which_to_drop(dataset: Path, tokenized: Path,
+                                                            corpora: Path):
+    model = str(corpora / "tokenizers/llama2_tokenizer.model")
+    with pytest.raises(InputError, match=r"drop tokenizer= to use the token ids this dataset "
+                                         r"holds \(src_ids, tgt_ids\)"):
+        SprIterableDataset(tokenized, max_tokens=1000, tokenizer=model)
+    with pytest.raises(InputError, match="run `spr-data tokenize` on the dataset first, or use "
+                                         "batch_size"):
+        SprIterableDataset(dataset, max_tokens=1000, tokenizer=model)
+
+
 def test_batches_are_ready_for_the_device(tokenized: Path):
     from spr_data.pipeline.torch_data import to_device
 

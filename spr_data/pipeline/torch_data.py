@@ -80,6 +80,10 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         super().__init__()
         if batch_size is None and max_tokens is None:
             raise InputError("give batch_size (rows per batch) or max_tokens (a token budget)")
+        batch_size = _count("batch_size", batch_size)
+        max_tokens = _count("max_tokens", max_tokens)
+        window = _whole("window", window)
+        block = _count("block", block, least=2, hint="; leave it out for the plain shuffle")
         self.path = str(path)
         self.reader = reader
         self.batch_size = batch_size
@@ -113,7 +117,15 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         if not 0 <= seed < 1 << 64:
             raise InputError(f"seed {seed} is outside 0 .. 2**64 - 1 (it would wrap around)")
         self.columns = columns
-        if max_tokens is not None and (tokenizer is not None or not self.token_columns):
+        if max_tokens is not None and tokenizer is not None:
+            stored = [id_column(c) for c in texts if id_column(c) in names]
+            raise InputError(
+                "max_tokens sizes rows by their token ids before the epoch starts, and "
+                "tokenizer= makes them only batch by batch: "
+                + (f"drop tokenizer= to use the token ids this dataset holds ({', '.join(stored)})"
+                   if stored else "run `spr-data tokenize` on the dataset first, or use "
+                   "batch_size"))
+        if max_tokens is not None and not self.token_columns:
             raise InputError("max_tokens needs token-id columns to size rows: run "
                              "`spr-data tokenize` on the dataset first")
         self.rows = len(dataset)
@@ -129,6 +141,10 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         self._plans: dict[tuple[int, int], EpochPlan | TokenPlan] = {}
         #: (epoch, batch counts per window) of the token plan, shipped to the workers
         self._window_ends: tuple[int, np.ndarray] | None = None
+        #: (epoch, first batch) as the main process last set them, in shared memory: a
+        #: persistent DataLoader worker keeps the copy of the dataset it started with, and
+        #: reads the epoch each pass from here (set_epoch in the main process reaches it)
+        self._shared = torch.zeros(2, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
 
     def __getstate__(self) -> dict[str, Any]:
         # each worker maps the shards and loads the tokenizer itself
@@ -148,8 +164,21 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         if not resuming:
             self._start_batch = self._next_batch = 0
             self._worker_next = None
+        self._share_position()
         if self.max_tokens is not None:  # plan here, once: the workers get the counts
             self._plan(1)
+
+    def _share_position(self) -> None:
+        if get_worker_info() is None:  # the main process's position is the one to share
+            self._shared[0], self._shared[1] = self.epoch, self._start_batch
+
+    def _read_position(self) -> None:
+        """In a DataLoader worker, the epoch and first batch the main process set last —
+        unless this worker was given its own position (torchdata's ``StatefulDataLoader``)."""
+        if get_worker_info() is None or self._worker_next is not None:
+            return
+        epoch, start = (int(x) for x in self._shared.tolist())
+        self.epoch, self._start_batch = epoch, start
 
     def _open(self) -> Dataset:
         if self._dataset is None:  # opened in each worker process: memory maps do not pickle
@@ -209,8 +238,12 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
                            self.block)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        # not a generator: the position is set when the pass starts, so that a worker's
+        # state_dict() taken before its first batch (torchdata takes one as the worker
+        # starts) says which batch it will yield first, not the main process's position
         info = get_worker_info()
         workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
+        self._read_position()
         dataset = self._open()
         if self.tokenizer is not None and self._encoder is None:
             self._encoder = load_tokenizer(self.tokenizer)
@@ -218,6 +251,11 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         numbers = (range(self._worker_next, plan.batches_per_rank, workers)
                    if self._worker_next is not None
                    else plan.worker_batches(worker, self._start_batch))
+        self._next_batch = numbers[0] if numbers else plan.batches_per_rank
+        return self._batches(dataset, numbers, workers, info is not None)
+
+    def _batches(self, dataset: Dataset, numbers: range, workers: int,
+                 in_worker: bool) -> Iterator[dict[str, Any]]:
         texts = [name[:-4] for name in self.token_columns] if self._encoder is not None else []
         for b in numbers:
             # only the columns the batch holds are read: no text or origin unless asked for
@@ -240,13 +278,14 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
                     batch[name[:-4] + "_mask"] = torch.from_numpy(mask)
             for column in self.columns:
                 batch[column] = table.column(column).to_pylist()  # type: ignore[union-attr]
-            if info is not None:
+            if in_worker:
                 _one_storage(batch)
             self._next_batch = b + workers  # this worker's next batch
             self._iterated_here = True
             yield batch
         # a later pass without set_epoch starts the epoch again, not at the resume point
         self._start_batch, self._worker_next = 0, None
+        self._share_position()
 
     def state_dict(self, batches_done: int | None = None) -> dict[str, Any]:
         """The position after ``batches_done`` batches of this rank's epoch, O(1) in size.
@@ -285,7 +324,8 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
                 raise InputError(f"iterator state has {key} {state.get(key)!r}, expected "
                                  f"{mine!r}: it belongs to another dataset or run")
         # global steps consumed: a step is one batch on every rank
-        consumed = int(state["batches_done"]) * int(state["world_size"])
+        done = _whole("the state's batches_done", state["batches_done"], least=0)
+        consumed = done * _whole("the state's world_size", state["world_size"])
         if consumed % self.world_size:
             raise InputError(f"the state is {consumed} batches into the epoch, which is not "
                              f"a step boundary for world size {self.world_size}; resume on "
@@ -295,9 +335,36 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
                              f"{state['world_size']} ranks; it resumes on {state['world_size']} "
                              f"ranks only, not {self.world_size} (to change the world size, "
                              "save state_dict(batches_done) from the training loop)")
-        self.epoch = self._resume_epoch = int(state["epoch"])
+        epoch = _whole("the state's epoch", state["epoch"], least=0)
+        worker_next = (_whole("the state's worker_next", state["worker_next"], least=0)
+                       if "worker_next" in state else None)
+        self.epoch = epoch
+        per_rank = self._plan(1).batches_per_rank
+        if consumed // self.world_size > per_rank:
+            raise InputError(
+                f"the state is {consumed // self.world_size:,} batches into epoch {epoch}, "
+                f"which has {per_rank:,} batches a rank: batches_done counts this epoch's "
+                "batches of one rank (batch['batch'] + 1 of the last batch trained on), not "
+                "the global step")
+        self._resume_epoch = epoch
         self._start_batch = self._next_batch = consumed // self.world_size
-        self._worker_next = int(state["worker_next"]) if "worker_next" in state else None
+        self._worker_next = worker_next
+        self._share_position()
+
+
+def _count(name: str, value: Any, *, least: int = 1, hint: str = "") -> int | None:
+    """``value`` as :func:`_whole` has it; ``None`` stays ``None``."""
+    return None if value is None else _whole(name, value, least=least, hint=hint)
+
+
+def _whole(name: str, value: Any, *, least: int = 1, hint: str = "") -> int:
+    """``value`` as a whole number ≥ ``least`` (a whole float such as ``16e3`` too), or an
+    :class:`InputError` naming it."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+        raise InputError(f"{name} should be a whole number ≥ {least}, got {value!r}{hint}")
+    return int(value)
 
 
 def pad(flat: np.ndarray, lengths: np.ndarray, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
