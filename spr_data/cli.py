@@ -579,6 +579,9 @@ def audit(
         "--wrap", help="Replay wrap-around of the last steps instead of dropping them.")] = False,
     block: Annotated[int | None, typer.Option(
         "--block", min=2, help="Replay the blocked order (runs of N consecutive rows).")] = None,
+    window: Annotated[int | None, typer.Option(
+        "--window", min=1, help="With --max-tokens: the loader's window (positions packed "
+        "together; 32768 unless the loader set window=).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Shuffle seed.")] = 0,
     epochs: Annotated[int, typer.Option("--epochs", min=1, help="Epochs to replay.")] = 1,
     retries: RetriesOption = None,
@@ -591,12 +594,15 @@ def audit(
     from spr_data.pipeline.audit import Replay, audit_dataset
 
     replay = None
+    if window is not None and max_tokens is None:
+        raise InputError("--window is the token budget's packing window: give --max-tokens "
+                         "too (a loader with batch_size has no window)")
     if any(x is not None for x in (world_size, batch_size, max_tokens, block)) \
             or workers or seed or epochs != 1 or wrap:  # any replay option asks for a replay
         replay = Replay(world_size=world_size or 1, workers=workers,
                         batch_size=batch_size if batch_size or max_tokens else 1,
                         max_tokens=max_tokens, seed=seed, epochs=epochs,
-                        drop_remainder=not wrap, block=block)
+                        drop_remainder=not wrap, window=window, block=block)
     report = audit_dataset(dataset, ids_log=ids_log, min_distinct=min_distinct, replay=replay,
                            reader=_reader(retries, cache_dir))
     if as_json:

@@ -215,6 +215,17 @@ def test_token_budget_replay_matches_what_the_iterator_yields(multi30k: Path, co
         assert len(batches) == first["batches_per_rank"][rank]
         yielded += [i for b in batches for i in b["ids"].tolist()]
     assert len(set(yielded)) == first["distinct_rows"] and len(yielded) == len(set(yielded))
+    # a loader with its own window: its ids log passes when audit replays that window
+    windowed = [i for rank in range(2) for b in torch_data.SprIterableDataset(
+        tmp_path / "tok", max_tokens=1500, seed=5, world_size=2, rank=rank, window=1000)
+        for i in b["ids"].tolist()]
+    (tmp_path / "ids.log").write_text("".join(f"{i}\n" for i in windowed))
+    audit_windowed = ("audit", tmp_path / "tok", "--ids-log", tmp_path / "ids.log",
+                      "--world-size", "2", "--max-tokens", "1500", "--seed", "5")
+    assert run_cli(*audit_windowed, "--window", "1000").exit_code == 0
+    assert run_cli(*audit_windowed).exit_code == 1  # judged against the default window
+    no_budget = run_cli("audit", tmp_path / "tok", "--window", "1000", "--batch-size", "8")
+    assert no_budget.exit_code == 2 and "give --max-tokens too" in no_budget.stderr
     blocked = run_cli("audit", tmp_path / "tok", "--world-size", "2", "--batch-size", "64",
                       "--block", "4096", "--wrap", "--json")
     epoch = json.loads(blocked.stdout)["epoch_replay"]["epochs"][0]
