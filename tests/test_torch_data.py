@@ -209,6 +209,44 @@ def test_coverage_monitor_allows_what_the_loader_leaves_out_by_design(dataset: P
         without.end_epoch()
 
 
+@pytest.mark.parametrize("options", [{"batch_size": 64, "drop_remainder": False},
+                                     {"batch_size": 64}, {"max_tokens": 900}])
+def test_coverage_monitor_of_one_rank_checks_that_ranks_share(dataset: Path, tokenized: Path,
+                                                              options: dict[str, Any]):
+    """On 3 ranks, each rank's monitor (given its loader) checks the rows its own batches
+    hold, once, and no other rank's; a correct run passes on every rank (each rank once
+    warned that two thirds of the dataset was missed)."""
+    from spr_data.pipeline.torch_data import CoverageMonitor
+
+    path = tokenized if "max_tokens" in options else dataset
+    loaders = [SprIterableDataset(path, seed=3, world_size=3, rank=r, **options)
+               for r in range(3)]
+    monitors = [CoverageMonitor(path, strict=True, loader=ds) for ds in loaders]
+    shares = []
+    for ds, monitor in zip(loaders, monitors, strict=True):
+        ds.set_epoch(1)
+        ids = [b["ids"] for b in DataLoader(ds, batch_size=None, num_workers=2)]
+        for batch in ids:
+            monitor.update(batch)
+        figures = monitor.end_epoch()
+        assert figures["missed"] == figures["unexpected"] == 0
+        assert figures["repeats"] == figures["repeated_by_design"]
+        shares.append(set(torch.cat(ids).tolist()))
+        assert figures["rank_rows"] == len(shares[-1])
+    if options.get("drop_remainder", True):  # (wrapping, the last steps read the first rows)
+        assert not (shares[0] & shares[1]) and not (shares[1] & shares[2])
+    ds, monitor = loaders[0], monitors[0]
+    batches = list(ds)
+    for batch in batches[1:]:  # a batch lost
+        monitor.update(batch["ids"])
+    with pytest.raises(RuntimeError, match=f"{len(batches[0]['ids'])} of them missed"):
+        monitor.end_epoch()
+    for batch in [*batches, next(iter(loaders[1]))]:  # and a batch of another rank
+        monitor.update(batch["ids"])
+    with pytest.raises(RuntimeError, match=r"0 of them missed, [1-9][0-9]* rows of other ranks"):
+        monitor.end_epoch()
+
+
 def test_coverage_monitor_is_not_sized_by_a_forged_id_bound(dataset: Path, tmp_path: Path):
     """id_bound = 10**18 passes every check (rows <= rows_in <= id_bound < 2**63): a bitmap
     over it would be 111 PiB. Above 64 ids a row the monitor keeps the ids instead."""

@@ -225,6 +225,17 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
                            window=self.window, block=self.block)
         return {"dropped": p.dropped, "repeated": p.repeated}
 
+    def rank_rows(self) -> np.ndarray:
+        """Row indices of every batch this rank reads in the current epoch, in order (a
+        row read twice by design appears twice)."""
+        p = self._plan(1)
+        if isinstance(p, TokenPlan):
+            parts = [p.batch_rows(self.rank, b) for b in range(p.batches_per_rank)]
+            return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        return epoch_order(self.rows, self.seed, self.epoch,
+                           p.batch_positions(self.rank, np.arange(p.batches_per_rank)),
+                           self.block)
+
     def sizes_of(self, rows: np.ndarray) -> np.ndarray:
         """The size of each row for the token budget: its longest token-id sequence."""
         return row_sizes(self._open())(rows)
@@ -443,7 +454,10 @@ class CoverageMonitor:
     or raises with ``strict`` — unless every row was seen exactly once. With ``loader`` (the
     :class:`SprIterableDataset` that feeds the steps) the rows its epoch leaves out or reads
     twice by design (``drop_remainder``: the last partial batch) in its current epoch are
-    expected, not an error.
+    expected, not an error; and where that loader is one rank of several, the monitor checks
+    this rank's share of the epoch (every row the rank's batches hold, once; none other) —
+    the whole dataset is covered by all ranks together, which ``spr-data audit --ids-log``
+    checks from the ranks' logs.
     """
 
     def __init__(self, path: str | Path, *, strict: bool = False,
@@ -485,6 +499,8 @@ class CoverageMonitor:
         np.bitwise_or.at(self._bits, byte, bit)
 
     def end_epoch(self) -> dict[str, Any]:
+        if self.loader is not None and self.loader.world_size > 1:
+            return self._end_rank_epoch(self.loader)
         if self._bits is not None:
             distinct = int(np.unpackbits(self._bits).sum())
             self._bits[:] = 0
@@ -510,9 +526,40 @@ class CoverageMonitor:
             elif result["missed"] and self.loader is None:
                 message += (" (a loader that drops its last partial batch misses rows by "
                             "design: pass it as loader= to allow for them)")
-            if self.strict:
-                raise RuntimeError(message)
-            import warnings
+            self._complain(message)
+        return result
 
-            warnings.warn(message, stacklevel=2)
+    def _complain(self, message: str) -> None:
+        if self.strict:
+            raise RuntimeError(message)
+        warnings.warn(message, stacklevel=3)
+
+    def _end_rank_epoch(self, loader: SprIterableDataset) -> dict[str, Any]:
+        """End an epoch of one rank of several: its ids against the rows its batches hold."""
+        expected_ids = open_dataset(loader.path, reader=loader.reader).select_rows(
+            loader.rank_rows()).values("id").astype(np.int64)
+        expected = unique(expected_ids)
+        if self._bits is not None:
+            seen = np.flatnonzero(np.unpackbits(self._bits, bitorder="little")).astype(np.int64)
+            self._bits[:] = 0
+        else:
+            seen = unique(np.concatenate(self._parts)) if self._parts else np.zeros(0, np.int64)
+            self._repeats = self._seen - len(seen)
+            self._parts = []
+        missed = int(len(expected) - np.isin(expected, seen, assume_unique=True).sum())
+        unexpected = int(len(seen) - np.isin(seen, expected, assume_unique=True).sum())
+        result = {"epoch": self.epoch, "rank": loader.rank, "world_size": loader.world_size,
+                  "rank_rows": len(expected), "seen": self._seen, "distinct_rows": len(seen),
+                  "repeats": self._repeats, "missed": missed, "unexpected": unexpected,
+                  "coverage": round((len(expected) - missed) / max(len(expected), 1), 6),
+                  "repeated_by_design": len(expected_ids) - len(expected)}
+        self._seen = self._repeats = 0
+        self.epoch += 1
+        if missed or unexpected or result["repeats"] != result["repeated_by_design"]:
+            self._complain(
+                f"epoch {result['epoch']}, rank {loader.rank} of {loader.world_size}: "
+                f"{len(seen):,} distinct rows seen of the {len(expected):,} this rank's "
+                f"batches hold, {missed:,} of them missed, {unexpected:,} rows of other "
+                f"ranks seen, {result['repeats']:,} repeated "
+                f"({result['repeated_by_design']:,} by design)")
         return result
