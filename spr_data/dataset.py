@@ -963,3 +963,22 @@ def open_dataset(path: str | Path, *, filesystem: FileSystem | None = None,
                                cache_dir=None if cache_dir is None else str(cache_dir),
                                cache_limit=cache_limit, verify=verify)
     return _open(str(path), reader)
+
+
+def open_parent(child: Dataset, path: str, reader: ReaderOptions | None,
+                 relative: Any = None) -> Dataset:
+    """The parent a lineage names (the ``path`` and ``relative_path`` of its record): its path
+    as recorded; where that holds no dataset, its path relative to the child (a tree moved
+    or copied whole); else (a relative path recorded by an older version, from another
+    working directory) beside the child."""
+    if isinstance(relative, str) and not child.remote and not (
+            "://" in path or (Path(path) / "manifest.json").exists()):
+        moved = child.path / relative
+        if (moved / "manifest.json").exists():
+            return open_dataset(str(moved), reader=reader)
+    if "://" in path or Path(path).is_absolute() or (Path(path) / "manifest.json").exists():
+        return open_dataset(path, reader=reader)
+    for candidate in (child.path.parent / path, child.path.parent / Path(path).name):
+        if (candidate / "manifest.json").exists():
+            return open_dataset(str(candidate), reader=reader)
+    return open_dataset(path, reader=reader)  # the error names the path as recorded

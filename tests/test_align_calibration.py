@@ -20,6 +20,7 @@ import pytest
 from spr_data import ingest, open_dataset
 from spr_data.outdir import REJECTS_DIR
 from spr_data.pipeline.clean import CleanReport, clean
+from spr_data.pipeline.tokenize import tokenize
 from spr_data.qa.align import (
     NEGATIVE_KINDS,
     SCORE_EDGES,
@@ -596,6 +597,19 @@ def test_the_same_recipe_again_keeps_its_decision(corpora: Path, tmp_path: Path,
                         quarantine=tmp_path / "q.jsonl")
     assert quarantined.by_reason.get("quarantined") == len(flagged)
     assert quarantined.rows_rejected - len(flagged) <= 0.003 * quarantined.rows_in
+    # the cleaned dataset tokenized, then quarantined: the clean's decision still holds (the
+    # tokenized dataset once trained a model of its own and lost 10 more WMT rows), and its
+    # text, normalized by that clean, draws no warning
+    tokenize(tmp_path / "once", tmp_path / "tok", workers=1,
+             tokenizer=str(corpora / "tokenizers/llama2_tokenizer.model"))
+    tokenized = clean(tmp_path / "tok", tmp_path / "tok-q", recipe=recipe, workers=2,
+                      quarantine=tmp_path / "q.jsonl")
+    assert tokenized.align is not None and tokenized.align["method"] == "as cleaned before"
+    assert tokenized.by_reason == quarantined.by_reason and not tokenized.warnings
+    assert (sorted(open_dataset(tmp_path / "tok-q").take(np.arange(tokenized.rows_kept))
+                   .column("id").to_pylist())
+            == sorted(open_dataset(tmp_path / "q").take(np.arange(quarantined.rows_kept))
+                      .column("id").to_pylist()))
     other = tmp_path / "other.toml"
     other.write_text(recipe.read_text() + "\n[dedup]\nmax_targets_per_source = 50\n")
     afresh = clean(tmp_path / "once", tmp_path / "afresh", recipe=other, workers=2)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from spr_data.arrays import member, unique
-from spr_data.dataset import Dataset, open_dataset
+from spr_data.dataset import Dataset, open_dataset, open_parent
 from spr_data.errors import DatasetError, InputError
 from spr_data.reader import ReaderOptions
 from spr_data.schema import ID, text_columns
@@ -170,7 +170,7 @@ def _check_accounting(ds: Dataset, reader: ReaderOptions | None = None) -> dict[
         parent = None
         if isinstance(parent_info, dict) and parent_info.get("path"):
             try:
-                parent = _open_parent(current, str(parent_info["path"]), reader,
+                parent = open_parent(current, str(parent_info["path"]), reader,
                                       parent_info.get("relative_path"))
             except DatasetError as exc:
                 problems.append(f"{current.location}: its parent {parent_info['path']} cannot be "
@@ -221,24 +221,6 @@ def _check_accounting(ds: Dataset, reader: ReaderOptions | None = None) -> dict[
                             "differ")
         current, kept = parent, expected  # the parent's rows were just read
     return {"ok": not problems, "stages": stages, "problems": problems}
-
-
-def _open_parent(child: Dataset, path: str, reader: ReaderOptions | None,
-                 relative: Any = None) -> Dataset:
-    """The parent a lineage names: its path as recorded; where that holds no dataset, its
-    path relative to the child (a tree moved or copied whole); else (a relative path
-    recorded by an older version, from another working directory) beside the child."""
-    if isinstance(relative, str) and not child.remote and not (
-            "://" in path or (Path(path) / "manifest.json").exists()):
-        moved = child.path / relative
-        if (moved / "manifest.json").exists():
-            return open_dataset(str(moved), reader=reader)
-    if "://" in path or Path(path).is_absolute() or (Path(path) / "manifest.json").exists():
-        return open_dataset(path, reader=reader)
-    for candidate in (child.path.parent / path, child.path.parent / Path(path).name):
-        if (candidate / "manifest.json").exists():
-            return open_dataset(str(candidate), reader=reader)
-    return open_dataset(path, reader=reader)  # the error names the path as recorded
 
 
 def _check_content(ds: Dataset, min_distinct: float) -> dict[str, Any]:

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spr_data._version import __version__
+from spr_data.dataset import open_parent
 from spr_data.errors import DataLossError, InputError, OutputError, SprDataError
 from spr_data.fsio import (
     atomic_write_bytes,
@@ -618,11 +619,17 @@ def clean(
 
 def _cleaned_with(source: Any, recipe: Recipe) -> Path | None:
     """The dataset's directory when ``recipe`` is what cleaned it, and that run's model and
-    report are there (a local dataset): its alignment decision is then reused."""
+    report are there (a local dataset): its alignment decision is then reused. A dataset
+    ``tokenize`` made of such a clean (the same rows and text) reuses that clean's."""
+    if (source.remote or recipe.align.model or recipe.align.min_score is not None
+            or recipe.align.quantile is not None):
+        return None
+    if source.manifest.lineage.get("stage") == "tokenize":
+        source = _tokenized_from_clean(source)
+        if source is None:
+            return None
     lineage = source.manifest.lineage
-    if (source.remote or lineage.get("stage") != "clean"
-            or lineage.get("recipe_hash") != recipe.digest or recipe.align.model
-            or recipe.align.min_score is not None or recipe.align.quantile is not None):
+    if lineage.get("stage") != "clean" or lineage.get("recipe_hash") != recipe.digest:
         return None
     here = Path(source.path)
     if not ((here / "align_model.npz").is_file() and (here / "report.json").is_file()):
@@ -634,6 +641,23 @@ def _cleaned_with(source: Any, recipe: Recipe) -> Path | None:
     needed = ("model_hash", "threshold", "threshold_unseen", "p_translation",
               "p_translation_unseen")
     return here if all(k in align for k in needed) else None
+
+
+def _tokenized_from_clean(source: Any) -> Any | None:
+    """The local dataset ``clean`` made that ``tokenize`` made ``source`` of (the same rows
+    and text), as it was then; else None."""
+    lineage = source.manifest.lineage
+    parent = lineage.get("parent")
+    if lineage.get("stage") != "tokenize" or not (isinstance(parent, dict) and parent.get("path")):
+        return None
+    try:
+        cleaned = open_parent(source, str(parent["path"]), None, parent.get("relative_path"))
+    except SprDataError:
+        return None
+    if (cleaned.remote or cleaned.manifest_digest != parent.get("manifest_sha256")
+            or len(cleaned) != len(source) or cleaned.manifest.lineage.get("stage") != "clean"):
+        return None  # not the clean it was made of, as it was then
+    return cleaned
 
 
 def _run(run: ShardRun, recipe: Recipe, stages: list[Stage],
@@ -776,7 +800,8 @@ def _summarize(hist: np.ndarray, name: str) -> dict[str, Any]:
 def _kept_text(source: Any, stages: Sequence[Stage]) -> list[str]:
     """A warning where normalize left a tokenized dataset's text as it was."""
     ids = token_id_columns(source.manifest.kind, source.schema.names)
-    if not ids or not any(s.name == "normalize" for s in stages):
+    if not ids or not any(s.name == "normalize" for s in stages) \
+            or _tokenized_from_clean(source) is not None:  # normalized by that clean
         return []
     return [f"the dataset is tokenized ({', '.join(ids)}): normalize left its text as it was, "
             "so that the token ids still match it (its rules and checks read the text as it "
