@@ -376,8 +376,9 @@ def clean(
     recipe: Annotated[Path | None, typer.Option(
         "--recipe", help="TOML recipe (default: built-in defaults for the languages).")] = None,
     workers: WorkersOption = None,
-    quarantine: Annotated[Path | None, typer.Option(
-        "--quarantine", help="JSONL of row ids to reject as 'quarantined'.")] = None,
+    quarantine: Annotated[list[Path] | None, typer.Option(
+        "--quarantine", help="JSONL of row ids to reject as 'quarantined' (repeat it for "
+        "several files, e.g. one a rank).")] = None,
     overwrite: OverwriteOption = False,
     retries: RetriesOption = None,
     cache_dir: CacheDirOption = None,

@@ -152,6 +152,28 @@ def test_quarantine_rejects_exactly_the_listed_rows(multi30k: Path, tmp_path: Pa
     assert all(r["stage"] == "quarantine" for r in rows if r["reason"] == "quarantined")
 
 
+def test_several_quarantine_files_reject_the_union_and_are_recorded(multi30k: Path,
+                                                                    tmp_path: Path):
+    """``--quarantine`` given once a rank (DDP): every file's rows go (only the last file's
+    did), an id in two files counts once, and the lineage names each file and its hash."""
+    (tmp_path / "rank0.jsonl").write_text('{"row_ids": [5, 17]}\n')
+    (tmp_path / "rank1.jsonl").write_text('{"row_ids": [17, 99]}\n{"id": 10000000}\n')
+    result = run_cli("clean", multi30k, "--out", tmp_path / "out", "--workers", "1",
+                     "--recipe", recipe_file(tmp_path, NO_ALIGN), "--json",
+                     "--quarantine", tmp_path / "rank0.jsonl",
+                     "--quarantine", tmp_path / "rank1.jsonl")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["by_reason"]["quarantined"] == 3 and report["quarantine_not_found"] == 1
+    rejects = open_dataset(tmp_path / "out" / REJECTS_DIR)
+    assert sorted(r["id"] for r in rejects.take(range(len(rejects))).to_pylist()
+                  if r["reason"] == "quarantined") == [5, 17, 99]
+    lineage = open_dataset(tmp_path / "out").manifest.lineage
+    assert [q["path"] for q in lineage["quarantine"]] == [
+        str((tmp_path / name).resolve()) for name in ("rank0.jsonl", "rank1.jsonl")]
+    assert all(q["sha256"].startswith("sha256:") for q in lineage["quarantine"])
+
+
 def test_damaged_work_files_are_redone_on_resume(multi30k: Path, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch):
     """A resumed run checks what the killed one left: a work file cut short, a work file of

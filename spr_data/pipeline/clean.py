@@ -567,7 +567,7 @@ def clean(
     *,
     recipe: str | Path | Recipe | None = None,
     workers: int | None = None,
-    quarantine: str | Path | None = None,
+    quarantine: str | Path | Sequence[str | Path] | None = None,
     overwrite: bool = False,
     on_progress: Callable[[str, int, int], None] | None = None,
     reader: ReaderOptions | None = None,
@@ -596,25 +596,40 @@ def clean(
                 else load_recipe(recipe, source.langs, source.kind))
     if "align" in resolved.stages and source.kind != "parallel":
         raise InputError("the align stage needs a parallel corpus; drop it from the recipe")
-    if quarantine is not None:
-        read_quarantine(quarantine)  # a bad file is an error now, before any work
+    quarantines = _quarantine_files(quarantine)
+    for path in quarantines:
+        read_quarantine(path)  # a bad file is an error now, before any work
+    hashes = [sha256_file(path) for path in quarantines]
     identity = {
         "input": source.manifest_digest,
         "recipe": resolved.digest,
-        "quarantine": None if quarantine is None else sha256_file(Path(quarantine)),
+        "quarantine": hashes[0] if len(hashes) == 1 else sorted(hashes) or None,
         "tool_version": __version__,
     }
     tokenized = bool(token_id_columns(source.manifest.kind, source.schema.names))
-    stages = build_stages(resolved, source.kind, source.langs, quarantine=quarantine,
+    stages = build_stages(resolved, source.kind, source.langs, quarantine=quarantines,
                           cleaned=_cleaned_with(source, resolved), tokenized=tokenized)
     # the lock is held for the whole run; a failed run keeps its work state (it resumes from
     # it) and never removes what it did not write
     with ShardRun("clean", source, out, identity=identity, overwrite=overwrite,
                   executor=executor, workers=workers, on_progress=on_progress,
                   work_dir=work_dir) as run:
-        report = _run(run, resolved, stages, allow_heavy_loss)
+        report = _run(run, resolved, stages, allow_heavy_loss,
+                      [{"path": str(path.resolve()), "sha256": digest}
+                       for path, digest in zip(quarantines, hashes, strict=True)])
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _quarantine_files(quarantine: str | Path | Sequence[str | Path] | None) -> list[Path]:
+    """The quarantine files given, each once (the same file twice is one list)."""
+    given = [] if quarantine is None else (
+        [quarantine] if isinstance(quarantine, (str, Path)) else list(quarantine))
+    files: dict[Path, Path] = {}
+    for item in given:
+        path = Path(item)
+        files.setdefault(path.resolve(), path)
+    return list(files.values())
 
 
 def _cleaned_with(source: Any, recipe: Recipe) -> Path | None:
@@ -660,8 +675,8 @@ def _tokenized_from_clean(source: Any) -> Any | None:
     return cleaned
 
 
-def _run(run: ShardRun, recipe: Recipe, stages: list[Stage],
-         allow_heavy_loss: bool) -> CleanReport:
+def _run(run: ShardRun, recipe: Recipe, stages: list[Stage], allow_heavy_loss: bool,
+         quarantine_files: list[dict[str, str]]) -> CleanReport:
     run.claim(REJECTS_DIR + "/", "report.json", "report.html", "align_model.npz",
               *run.output_names(rejects=True))
     tasks = [_UnitTask(unit, str(run.work), str(run.staging), tuple(stages))
@@ -695,14 +710,14 @@ def _run(run: ShardRun, recipe: Recipe, stages: list[Stage],
     decide = [replace(t, states=encoded) for t in tasks]
     results = dict(run.map("decide", _decide_task, decide))
     timings["decide"] = time.perf_counter() - clock
-    report = _finish(run, recipe, stages, results, states, allow_heavy_loss)
+    report = _finish(run, recipe, stages, results, states, allow_heavy_loss, quarantine_files)
     report.timings = timings
     return report
 
 
 def _finish(run: ShardRun, recipe: Recipe, stages: list[Stage],
             results: dict[int, dict[str, Any]], states: dict[str, dict[str, Any]],
-            allow_heavy_loss: bool) -> CleanReport:
+            allow_heavy_loss: bool, quarantine_files: list[dict[str, str]]) -> CleanReport:
     ordered = [results[k] for k in sorted(results)]
     kept = [ShardInfo(**r["kept"]) for r in ordered]
     rejected = [ShardInfo(**r["rejects"]) for r in ordered]
@@ -759,7 +774,8 @@ def _finish(run: ShardRun, recipe: Recipe, stages: list[Stage],
         atomic_write_bytes(run.staging / "align_model.npz",
                            Path(states["align"]["model"]).read_bytes(), tag=tag)
     lineage = run.lineage(recipe=recipe.to_json(), recipe_hash=recipe.digest,
-                          options={"workers": run.executor.workers})
+                          options={"workers": run.executor.workers},
+                          **({"quarantine": quarantine_files} if quarantine_files else {}))
     run.publish(kept, rejected=rejected, rejects=counts, lineage=lineage,
                 extras=["report.json", "report.html"]
                 + (["align_model.npz"] if "align" in states else []))

@@ -51,9 +51,10 @@ def read_quarantine(path: str | Path) -> np.ndarray:
 
 @dataclass(frozen=True)
 class QuarantineStage:
-    """Rejects the rows whose ids the quarantine file at ``path`` lists."""
+    """Rejects the rows whose ids any of the quarantine files at ``paths`` lists (one file a
+    rank, under DDP)."""
 
-    path: str
+    paths: tuple[str, ...]
     name: str = "quarantine"
     reasons: tuple[str, ...] = ("quarantined",)
     columns: tuple[str, ...] = ()
@@ -62,7 +63,7 @@ class QuarantineStage:
         return None
 
     def combine(self, context: CombineContext) -> dict[str, Any]:
-        ids = read_quarantine(self.path)
+        ids = unique(np.concatenate([read_quarantine(p) for p in self.paths]))
         path = context.work / "quarantine.npy"
         tmp = path.with_name(path.name + TMP_SUFFIX)
         with open(tmp, "wb") as f:

@@ -7,7 +7,7 @@ follow from this list.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from spr_data.qa.align_stage import AlignStage
@@ -24,10 +24,10 @@ __all__ = ["build_stages"]
 
 
 def build_stages(recipe: Recipe, kind: str, langs: list[str], *,
-                 quarantine: str | Path | None = None,
+                 quarantine: Sequence[str | Path] = (),
                  cleaned: str | Path | None = None, tokenized: bool = False) -> list[Stage]:
     """The stages ``clean`` runs for ``recipe`` on a ``kind`` dataset of ``langs``, in order:
-    a quarantine list first (when given), then the recipe's stages. ``cleaned``: the
+    the quarantine lists first (when given), then the recipe's stages. ``cleaned``: the
     dataset's directory when this recipe cleaned it already (the align stage then reuses
     that run's decision). ``tokenized``: the dataset has token-id columns, so normalize
     leaves its text as it is (the ids were made from it)."""
@@ -42,7 +42,7 @@ def build_stages(recipe: Recipe, kind: str, langs: list[str], *,
                                     rules if "rules" in recipe.stages else None,
                                     None if cleaned is None else str(cleaned)),
     }
-    stages: list[Stage] = [QuarantineStage(str(quarantine))] if quarantine is not None else []
+    stages: list[Stage] = [QuarantineStage(tuple(map(str, quarantine)))] if quarantine else []
     stages += [makers[name]() for name in recipe.stages]
     return stages
 
