@@ -109,6 +109,16 @@ def assert_gradient_flow(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Mod
                                 f"finite, non-zero gradient:\n{lines}")
 
 
+def _norm64(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The gradients' L2 norm in float64 (inf where a device has no float64: MPS)."""
+    try:
+        norms = torch._foreach_norm(grads, 2.0, dtype=torch.float64)
+        total: torch.Tensor = torch.linalg.vector_norm(torch.stack(norms))
+        return total
+    except (RuntimeError, TypeError):
+        return torch.tensor(math.inf)
+
+
 class FiniteStepGuard:
     """Wraps ``optimizer.step()`` for fp32, fp16 with a ``GradScaler`` and bf16::
 
@@ -174,6 +184,11 @@ class FiniteStepGuard:
         else:
             total = torch.zeros(())
         norm = float(total)  # the one host sync
+        if not math.isfinite(norm) and grads and all(bool(torch.isfinite(g).all()) for g in grads):
+            # every element finite, only their float32 norm overflowed (elements past about
+            # 1e19; bf16 and fp32 gradients get there): the norm in float64, rarely needed
+            total = _norm64(grads)
+            norm = float(total)
         self.steps += 1
         if math.isfinite(norm):
             self.last_norm = norm
@@ -216,10 +231,16 @@ class FiniteStepGuard:
                 f.write(json.dumps(record) + "\n")
                 f.flush()
                 os.fsync(f.fileno())
-        log.warning("step %d skipped: non-finite gradients in %d parameters (%s%s); %d rows "
-                    "quarantined%s", record["step"], len(bad), ", ".join(bad[:3]),
-                    ", …" if len(bad) > 3 else "", len(ids),
-                    f" to {self.quarantine}" if self.quarantine else "")
+        if bad:
+            log.warning("step %d skipped: non-finite gradients in %d parameters (%s%s); %d "
+                        "rows quarantined%s", record["step"], len(bad), ", ".join(bad[:3]),
+                        ", …" if len(bad) > 3 else "", len(ids),
+                        f" to {self.quarantine}" if self.quarantine else "")
+        else:
+            log.warning("step %d skipped: every gradient element is finite, but their norm "
+                        "overflows even in float64 (the gradients exploded); %d rows "
+                        "quarantined%s", record["step"], len(ids),
+                        f" to {self.quarantine}" if self.quarantine else "")
         if self.consecutive >= self.max_consecutive_skips:
             raise TrainingDiverged(f"{self.consecutive} steps in a row had non-finite "
                                    "gradients; the run is diverging, not meeting a bad batch")

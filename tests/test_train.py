@@ -175,6 +175,31 @@ def test_bf16_without_a_scaler_is_guarded_too(tmp_path: Path):
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
+def test_finite_gradients_whose_float32_norm_overflows_are_clipped_not_skipped(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    """Every element finite (about 1e25), only the float32 norm overflows: the norm is taken
+    in float64 and the step clipped and taken (it was skipped as "non-finite gradients in 0
+    parameters" and its rows quarantined); an element that is not finite still skips."""
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = FiniteStepGuard(model, opt, max_norm=1.0, quarantine=tmp_path / "q.jsonl")
+    (model(torch.ones(2, 4)).sum() * 1e25).backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    assert all(torch.isfinite(g).all() for g in grads)
+    before = [p.detach().clone() for p in model.parameters()]
+    assert guard.step(row_ids=[1, 2])
+    assert guard.last_norm == pytest.approx(float(torch.cat([g.double().reshape(-1)
+                                                             for g in grads]).norm()))
+    moved = torch.cat([(b - p.detach()).reshape(-1) for b, p in zip(
+        before, model.parameters(), strict=True)])
+    assert float(moved.norm()) == pytest.approx(0.1, rel=1e-4)  # lr x the clipped norm of 1
+    assert not (tmp_path / "q.jsonl").read_text()  # nothing quarantined
+    opt.zero_grad(set_to_none=True)
+    (model(torch.ones(2, 4)).sum() * float("inf")).backward()
+    assert not guard.step(row_ids=[3])
+    assert "non-finite gradients in 2 parameters" in caplog.text
+
+
 def test_a_run_that_keeps_skipping_is_stopped():
     model, _, junk = poisoned_setup()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
