@@ -405,6 +405,8 @@ def show_trained_tokenizer(result: TrainResult, report: dict[str, Any] | None) -
                       f"{result.vocab_size:,} tokens, "
                       f"trained on {result.segments_fed:,} segments; sampling rates "
                       + ", ".join(f"{g} ×{r:.2f}" for g, r in result.rates.items()))
+    for line in result.warnings:
+        console.warn(line)
     if report is not None:
         data = next(iter(report["tokenizers"].values()))
         rows = [[script, f"{m['segments']:,}", f"{m['chars_per_token']:.2f}",

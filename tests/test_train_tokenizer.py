@@ -195,6 +195,15 @@ def test_trainer_refusals_and_sizes_are_reported_as_they_are(corpora: Path, tmp_
     assert made["vocab_size_asked"] == 1_000_000
     assert made["vocab_size"] == load_tokenizer(str(tmp_path / "big/tokenizer.json")) \
         .encoder.get_vocab_size(with_added_tokens=True) < 1_000_000
+    assert made["warnings"] == [f"the text gave {made['vocab_size']:,} tokens of the 1,000,000 "
+                                "asked (--vocab-size): it is too little text for that "
+                                f"vocabulary; size the model's embeddings by "
+                                f"{made['vocab_size']:,}, or train on more text"]
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("Two young men are outside.\n")
+    shown = run_cli("train-tokenizer", tiny, "--out", tmp_path / "tiny", "--kind", "bpe",
+                    "--vocab-size", "1000")
+    assert shown.exit_code == 0 and "tokens of the 1,000 asked" in " ".join(shown.stderr.split())
     # another kind into the same directory replaces the tokenizer (with --overwrite), and a
     # dataset is refused
     run_cli("train-tokenizer", english, "--out", tmp_path / "big", "--kind",

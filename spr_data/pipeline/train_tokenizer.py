@@ -168,9 +168,20 @@ class TrainResult:
     #: sha256 of the tokenizer file: what tells a later run that the file is this run's
     tokenizer_sha256: str = ""
 
+    @property
+    def warnings(self) -> list[str]:
+        """A vocabulary smaller than asked (a BPE trainer stops when no pair is left to
+        merge; SentencePiece refuses instead): a model sized by --vocab-size would not fit."""
+        if self.vocab_size_asked and self.vocab_size < self.vocab_size_asked:
+            return [f"the text gave {self.vocab_size:,} tokens of the {self.vocab_size_asked:,} "
+                    "asked (--vocab-size): it is too little text for that vocabulary; size "
+                    f"the model's embeddings by {self.vocab_size:,}, or train on more text"]
+        return []
+
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "vocab_size": self.vocab_size,
                 "vocab_size_asked": self.vocab_size_asked or self.vocab_size,
+                "warnings": self.warnings,
                 "balance": self.balance, "weights": self.weights, "seed": self.seed,
                 "alpha": self.alpha, "chars_by_group": self.chars_by_group,
                 "sampling_rates": {g: round(r, 4) for g, r in self.rates.items()},
