@@ -174,6 +174,21 @@ def test_several_quarantine_files_reject_the_union_and_are_recorded(multi30k: Pa
     assert all(q["sha256"].startswith("sha256:") for q in lineage["quarantine"])
 
 
+def test_a_quarantine_that_takes_every_row_says_so(corpora: Path, tmp_path: Path):
+    """The quarantine lists every row left: the error names it (it blamed the rules, and
+    told the user to loosen them)."""
+    ingest([corpora / "parallel/tatoeba_manythings_eng-ben.tsv"], tmp_path / "ds",
+           langs=["en", "bn"])
+    ids = open_dataset(tmp_path / "ds").take(range(4387)).column("id").to_pylist()
+    (tmp_path / "q.jsonl").write_text(json.dumps({"row_ids": ids}) + "\n")
+    result = run_cli("clean", tmp_path / "ds", "--out", tmp_path / "out", "--workers", "1",
+                     "--quarantine", tmp_path / "q.jsonl")
+    message = " ".join(result.stderr.split())
+    assert result.exit_code == 2, message
+    assert "no row is left for it — the quarantine lists 4,387 ids" in message
+    assert "loosen the rules" not in message
+
+
 def test_damaged_work_files_are_redone_on_resume(multi30k: Path, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch):
     """A resumed run checks what the killed one left: a work file cut short, a work file of

@@ -699,8 +699,9 @@ def _run(run: ShardRun, recipe: Recipe, stages: list[Stage], allow_heavy_loss: b
             except SprDataError as error:
                 # the cause, where the stages before left it too few rows (not a disk or a
                 # network fault: those are what they say)
-                if not allow_heavy_loss and type(error) in (InputError, SprDataError):
-                    _refuse_heavy_loss_before(run, recipe, stage.name)
+                if type(error) in (InputError, SprDataError):
+                    _refuse_heavy_loss_before(run, recipe, stage.name, allow_heavy_loss,
+                                              states.get("quarantine", {}).get("count", 0))
                 raise
             if run.on_progress is not None:
                 run.on_progress(stage.name, run.rows, run.rows)
@@ -858,11 +859,13 @@ def _refuse_heavy_loss(report: CleanReport, recipe: Recipe, work: Path,
         f"resumes from {work} (its report.json has the details), or raise max_reason_share")
 
 
-def _refuse_heavy_loss_before(run: ShardRun, recipe: Recipe, stage: str) -> None:
+def _refuse_heavy_loss_before(run: ShardRun, recipe: Recipe, stage: str,
+                              allow_heavy_loss: bool, quarantined: int) -> None:
     """The same refusal when a corpus stage could not run (the align stage found no pairs
     to train on) because the row stages before it rejected nearly every row — a
     wrong language code, swapped sides: their reason is the cause to name, not the stage's
-    (counted from the score step's work files)."""
+    (counted from the score step's work files). Where the quarantine took every row the
+    others left, that is what to say."""
     by_reason: Counter[str] = Counter()
     examples: dict[str, list[dict[str, Any]]] = {}
     for unit in run.units:
@@ -883,14 +886,28 @@ def _refuse_heavy_loss_before(run: ShardRun, recipe: Recipe, stage: str) -> None
                 at = rows[np.flatnonzero(pc.equal(first, reason).to_numpy(
                     zero_copy_only=False))[:2 - len(taken)]]
                 taken += table.select(names).take(pa.array(at)).to_pylist()
-    heavy = _heaviest(dict(by_reason), run.rows, recipe)
+    heavy = None if allow_heavy_loss else _heaviest(dict(by_reason), run.rows, recipe)
+    left = run.rows - sum(by_reason.values())
+    if heavy is None and quarantined and left <= quarantined:
+        # the row stages left rows, and the quarantine (which may list them all) the stage
+        # found none: the user's own list took them, not the rules
+        raise InputError(
+            f"clean stopped at the {stage} stage: no row is left for it — the quarantine "
+            f"lists {_plural(quarantined, 'id')}"
+            + (f", and the other checks took {run.rows - left:,} of the {run.rows:,} rows ("
+               + ", ".join(f"{r} {n:,}" for r, n in by_reason.most_common()) + ")"
+               if left < run.rows else f" and the dataset holds {_plural(run.rows, 'row')}")
+            + "; nothing is left to clean")
     if heavy is None:
         return
     n, reason = heavy
-    left = run.rows - sum(by_reason.values())
     raise _heavy_loss_error(
         f"clean stopped at the {stage} stage", reason, n, run.rows, examples[reason], recipe,
         run.source.langs, f"the {stage} stage could not run on the {left:,} rows left")
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def _heaviest(by_reason: dict[str, int], rows_in: int, recipe: Recipe
