@@ -127,7 +127,9 @@ def test_short_sentences_of_another_language_in_the_same_script(corpora: Path):
         caught = _langid(english, wrong_sides, ["en", code])["rejects"]["wrong_lang_tgt"]
         assert short.sum() >= 50 and caught[short].mean() >= 0.55, (expected, other)
         left = _langid(english, wrong_sides, ["en", code], short_chars=20)["rejects"]
-        assert left["wrong_lang_tgt"][short].mean() <= 0.4
+        # (Marathi's function words catch 0.41 of the short Marathi on their own: stop 54's
+        # lists, 0.38 before)
+        assert left["wrong_lang_tgt"][short].mean() <= 0.45
         real = _laser(corpora, expected)
         out = _langid([s for s, _ in real], [t for _, t in real], ["en", code])["rejects"]
         assert (out["wrong_lang_src"] | out["wrong_lang_tgt"]).mean() <= 0.005, expected
@@ -360,6 +362,16 @@ def test_nepali_function_words_take_no_real_hindi_or_marathi(corpora: Path):
     assert _mono(wiki, "hi").mean() <= 0.01
     assert _mono(_lines(base / "tatoeba.hin-eng.hin"), "hi").mean() <= 0.01
     assert _mono(_lines(base / "tatoeba.mar-eng.mar"), "mr").mean() <= 0.01
+
+
+def test_hindi_words_marathi_shares_do_not_make_hindi_marathi(corpora: Path):
+    """होता, होते, होती, आता are Hindi words too: real Hindi lines that hold them and none
+    of the Hindi list's stay Hindi (Tatoeba's मैं अभी आता हूँ। was rejected as Marathi)."""
+    hindi = _lines(corpora / "parallel/tatoeba_laser/tatoeba.hin-eng.hin") + \
+        _ntrex(corpora, "hin")
+    shared = [t for t in hindi if {"होता", "होते", "होती", "आता"} & set(t.replace("।", " ").split())]
+    assert len(shared) >= 60
+    assert not _mono(shared, "hi").any()
 
 
 def test_clean_end_to_end_script_evidence_and_no_fasttext_for_rule_rejects(corpora: Path,
