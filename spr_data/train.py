@@ -109,14 +109,15 @@ def assert_gradient_flow(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Mod
                                 f"finite, non-zero gradient:\n{lines}")
 
 
-def _norm64(grads: list[torch.Tensor]) -> torch.Tensor:
-    """The gradients' L2 norm in float64 (inf where a device has no float64: MPS)."""
+def _norm64(grads: list[torch.Tensor]) -> torch.Tensor | None:
+    """The gradients' L2 norm in float64, or None where the device cannot (MPS has no
+    float64)."""
     try:
         norms = torch._foreach_norm(grads, 2.0, dtype=torch.float64)
         total: torch.Tensor = torch.linalg.vector_norm(torch.stack(norms))
         return total
     except (RuntimeError, TypeError):
-        return torch.tensor(math.inf)
+        return None
 
 
 class FiniteStepGuard:
@@ -164,6 +165,7 @@ class FiniteStepGuard:
         self.skipped = 0
         self.consecutive = 0
         self.last_norm: float | None = None
+        self._no_float64 = False  # the last step's norm overflowed and float64 was not at hand
         self._recent: deque[bool] = deque(maxlen=window)
         self._names = {key: names[0] for key, names in _names_by_tensor(model).items()}
 
@@ -184,11 +186,15 @@ class FiniteStepGuard:
         else:
             total = torch.zeros(())
         norm = float(total)  # the one host sync
-        if not math.isfinite(norm) and grads and all(bool(torch.isfinite(g).all()) for g in grads):
+        self._no_float64 = False
+        if not math.isfinite(norm) and grads and bool(
+                torch.stack([torch.isfinite(g).all() for g in grads]).all()):
             # every element finite, only their float32 norm overflowed (elements past about
             # 1e19; bf16 and fp32 gradients get there): the norm in float64, rarely needed
-            total = _norm64(grads)
-            norm = float(total)
+            wide = _norm64(grads)
+            if wide is not None:
+                total, norm = wide, float(wide)
+            self._no_float64 = wide is None
         self.steps += 1
         if math.isfinite(norm):
             self.last_norm = norm
@@ -238,9 +244,9 @@ class FiniteStepGuard:
                         f" to {self.quarantine}" if self.quarantine else "")
         else:
             log.warning("step %d skipped: every gradient element is finite, but their norm "
-                        "overflows even in float64 (the gradients exploded); %d rows "
-                        "quarantined%s", record["step"], len(ids),
-                        f" to {self.quarantine}" if self.quarantine else "")
+                        "overflows float32%s; %d rows quarantined%s", record["step"],
+                        " and this device cannot take it in float64" if self._no_float64
+                        else "", len(ids), f" to {self.quarantine}" if self.quarantine else "")
         if self.consecutive >= self.max_consecutive_skips:
             raise TrainingDiverged(f"{self.consecutive} steps in a row had non-finite "
                                    "gradients; the run is diverging, not meeting a bad batch")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -185,8 +186,19 @@ def test_a_quarantine_that_takes_every_row_says_so(corpora: Path, tmp_path: Path
                      "--quarantine", tmp_path / "q.jsonl")
     message = " ".join(result.stderr.split())
     assert result.exit_code == 2, message
-    assert "no row is left for it — the quarantine lists 4,387 ids" in message
+    took = re.search(r"no row is left for it — the quarantine took ([\d,]+) rows, and the "
+                     r"other checks the other (\d+) \(length_ratio", message)
+    assert took and int(took[1].replace(",", "")) + int(took[2]) == 4387, message
     assert "loosen the rules" not in message
+    # a quarantine that took none of the rows left is not named for a failure it did not make
+    (tmp_path / "three.tsv").write_text("Hello there.\tHallo.\nGood night.\tGute Nacht.\n"
+                                        "Thank you.\tDanke.\n")
+    ingest([tmp_path / "three.tsv"], tmp_path / "three", langs=["en", "de"])
+    (tmp_path / "elsewhere.jsonl").write_text('{"row_ids": [100, 101, 102]}\n')
+    small = run_cli("clean", tmp_path / "three", "--out", tmp_path / "out3", "--workers", "1",
+                    "--quarantine", tmp_path / "elsewhere.jsonl")
+    assert small.exit_code == 2 and "quarantine" not in small.stderr
+    assert "set align.min_score" in small.stderr
 
 
 def test_damaged_work_files_are_redone_on_resume(multi30k: Path, tmp_path: Path,

@@ -215,3 +215,15 @@ def test_clean_of_a_tokenized_dataset_keeps_text_and_ids_together(corpora: Path,
     assert not any("tokenized" in w for w in plain.warnings)
     changed = open_dataset(tmp_path / "plain").take(range(len(open_dataset(tmp_path / "plain"))))
     assert "&apos;" not in " ".join(changed.column("src").to_pylist())
+    # tokenized after that clean: normalized as this recipe would, no warning; tokenized
+    # after a clean that did not normalize: the warning, as for the raw text
+    tokenize(tmp_path / "plain", tmp_path / "plain-tok", tokenizer=str(model), workers=1)
+    again = clean(tmp_path / "plain-tok", tmp_path / "again", recipe=recipe, workers=1)
+    assert not any("tokenized" in w for w in again.warnings)
+    rules_only = tmp_path / "rules.toml"
+    rules_only.write_text('stages = ["rules"]\n')
+    clean(tmp_path / "raw", tmp_path / "unnormalized", recipe=rules_only, workers=1)
+    tokenize(tmp_path / "unnormalized", tmp_path / "unnormalized-tok", tokenizer=str(model),
+             workers=1)
+    later = clean(tmp_path / "unnormalized-tok", tmp_path / "later", recipe=recipe, workers=1)
+    assert any("is tokenized (src_ids, tgt_ids)" in w for w in later.warnings)

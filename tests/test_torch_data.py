@@ -415,13 +415,15 @@ def test_stateful_dataloader_resumes_mid_epoch_with_workers(tokenized: Path):
 
 
 @pytest.mark.parametrize("options", [{"batch_size": 40}, {"max_tokens": 800, "window": 2048}])
-@pytest.mark.parametrize("taken", [0, 1, 2])
+@pytest.mark.parametrize("taken", [0, 1, 2, -2, -1])
 def test_stateful_dataloader_resumes_before_every_worker_has_yielded(tokenized: Path,
                                                                     options: dict[str, Any],
                                                                     taken: int):
     """A checkpoint at the start of an epoch, or after fewer batches than workers: the
     workers that yielded nothing yet still know which batch is theirs next (they once
-    all said batch 0: the resumed epoch read a third of its batches three times)."""
+    all said batch 0: the resumed epoch read a third of its batches three times). And one
+    in the last batches (-2, -1: that many before the end), where a worker done with its
+    share says the epoch's end, not a batch past it."""
     stateful = pytest.importorskip("torchdata.stateful_dataloader")
 
     def loader() -> Any:
@@ -432,7 +434,7 @@ def test_stateful_dataloader_resumes_before_every_worker_has_yielded(tokenized: 
     full = [b["batch"] for b in loader()]
     first = loader()
     it = iter(first)
-    head = [next(it)["batch"] for _ in range(taken)]
+    head = [next(it)["batch"] for _ in range(taken % len(full))]
     state = first.state_dict()
     del it, first
     second = loader()
@@ -457,6 +459,15 @@ def test_persistent_workers_follow_set_epoch(tokenized: Path, options: dict[str,
         ds.set_epoch(epoch)
         got.append([b["ids"].tolist() for b in loader])
     assert got == expected
+    # a deep copy of the dataset (its own shared position) feeds forked workers as well
+    import copy
+
+    twin = copy.deepcopy(ds)
+    twin_loader = DataLoader(twin, batch_size=None, num_workers=2, persistent_workers=True,
+                             multiprocessing_context="fork")
+    for epoch in (2, 0):
+        twin.set_epoch(epoch)
+        assert [b["ids"].tolist() for b in twin_loader] == expected[epoch]
     # a resume point set in the main process reaches the same workers too
     state = SprIterableDataset(tokenized, seed=5, **options).state_dict(batches_done=3)
     state["epoch"] = 1
@@ -469,9 +480,11 @@ def test_a_state_outside_its_epoch_is_refused(dataset: Path):
     ds = SprIterableDataset(dataset, batch_size=50)
     per_rank = len(ds)
     for done in (per_rank + 1, 10 * per_rank):  # e.g. a global step counter
+        refused = SprIterableDataset(dataset, batch_size=50)
+        state = {**ds.state_dict(batches_done=done), "epoch": 4}
         with pytest.raises(InputError, match="not the global step"):
-            SprIterableDataset(dataset, batch_size=50).load_state_dict(
-                ds.state_dict(batches_done=done))
+            refused.load_state_dict(state)
+        assert refused.epoch == 0 and refused._shared.tolist() == [0, 0]  # left as it was
     with pytest.raises(InputError, match="batches_done should be a whole number ≥ 0, got -3"):
         SprIterableDataset(dataset, batch_size=50).load_state_dict(ds.state_dict(batches_done=-3))
     end = SprIterableDataset(dataset, batch_size=50)

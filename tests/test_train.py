@@ -200,6 +200,24 @@ def test_finite_gradients_whose_float32_norm_overflows_are_clipped_not_skipped(
     assert "non-finite gradients in 2 parameters" in caplog.text
 
 
+def test_an_overflowed_norm_where_float64_is_not_at_hand_says_so(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch):
+    """A device without float64 (MPS): the step is skipped, and the log says why — not that
+    the gradients exploded, nor that some parameter was not finite."""
+    import spr_data.train as train
+
+    def no_float64(grads: list[torch.Tensor]) -> None:
+        return None
+
+    monkeypatch.setattr(train, "_norm64", no_float64)
+    model = nn.Linear(4, 1)
+    guard = FiniteStepGuard(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                            max_norm=1.0, quarantine=tmp_path / "q.jsonl")
+    (model(torch.ones(2, 4)).sum() * 1e25).backward()
+    assert not guard.step(row_ids=[1, 2])
+    assert "overflows float32 and this device cannot take it in float64" in caplog.text
+
+
 def test_a_run_that_keeps_skipping_is_stopped():
     model, _, junk = poisoned_setup()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

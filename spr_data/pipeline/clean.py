@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spr_data._version import __version__
+from spr_data.arrays import member
 from spr_data.dataset import open_parent
 from spr_data.errors import DataLossError, InputError, OutputError, SprDataError
 from spr_data.fsio import (
@@ -701,7 +702,7 @@ def _run(run: ShardRun, recipe: Recipe, stages: list[Stage], allow_heavy_loss: b
                 # network fault: those are what they say)
                 if type(error) in (InputError, SprDataError):
                     _refuse_heavy_loss_before(run, recipe, stage.name, allow_heavy_loss,
-                                              states.get("quarantine", {}).get("count", 0))
+                                              states.get("quarantine", {}).get("ids"))
                 raise
             if run.on_progress is not None:
                 run.on_progress(stage.name, run.rows, run.rows)
@@ -758,7 +759,7 @@ def _finish(run: ShardRun, recipe: Recipe, stages: list[Stage],
         quarantine_not_found=(states["quarantine"]["count"] - int(quarantined.sum())
                               if "quarantine" in states and quarantined is not None else 0),
         examples=dict(sorted(examples.items())),
-        warnings=_unchecked(run.source.langs, stages) + _kept_text(run.source, stages))
+        warnings=_unchecked(run.source.langs, stages) + _kept_text(run.source, stages, recipe))
     if not allow_heavy_loss:
         _refuse_heavy_loss(report, recipe, run.work, run.source.langs)
     # the report and the model wait in the staging directory with the shards and move in
@@ -814,11 +815,22 @@ def _summarize(hist: np.ndarray, name: str) -> dict[str, Any]:
             "histogram": hist.tolist()}
 
 
-def _kept_text(source: Any, stages: Sequence[Stage]) -> list[str]:
+def _normalized_before(source: Any, recipe: Recipe) -> bool:
+    """Whether the clean a tokenized dataset was made of normalized its text as ``recipe``
+    would."""
+    cleaned = _tokenized_from_clean(source)
+    if cleaned is None:
+        return False
+    before = cleaned.manifest.lineage.get("recipe")
+    return (isinstance(before, dict) and "normalize" in (before.get("stages") or [])
+            and before.get("normalize") == recipe.to_json()["normalize"])
+
+
+def _kept_text(source: Any, stages: Sequence[Stage], recipe: Recipe) -> list[str]:
     """A warning where normalize left a tokenized dataset's text as it was."""
     ids = token_id_columns(source.manifest.kind, source.schema.names)
     if not ids or not any(s.name == "normalize" for s in stages) \
-            or _tokenized_from_clean(source) is not None:  # normalized by that clean
+            or _normalized_before(source, recipe):
         return []
     return [f"the dataset is tokenized ({', '.join(ids)}): normalize left its text as it was, "
             "so that the token ids still match it (its rules and checks read the text as it "
@@ -860,7 +872,7 @@ def _refuse_heavy_loss(report: CleanReport, recipe: Recipe, work: Path,
 
 
 def _refuse_heavy_loss_before(run: ShardRun, recipe: Recipe, stage: str,
-                              allow_heavy_loss: bool, quarantined: int) -> None:
+                              allow_heavy_loss: bool, quarantine_ids: str | None) -> None:
     """The same refusal when a corpus stage could not run (the align stage found no pairs
     to train on) because the row stages before it rejected nearly every row — a
     wrong language code, swapped sides: their reason is the cause to name, not the stage's
@@ -868,11 +880,17 @@ def _refuse_heavy_loss_before(run: ShardRun, recipe: Recipe, stage: str,
     others left, that is what to say."""
     by_reason: Counter[str] = Counter()
     examples: dict[str, list[dict[str, Any]]] = {}
+    listed = (np.load(quarantine_ids, allow_pickle=False) if quarantine_ids is not None
+              else np.zeros(0, np.uint64))
+    quarantined = 0  # of the rows the row stages left, those the quarantine lists
     for unit in run.units:
         table = _read_table(_scored_path(run.work, unit.index))
         column = table.column(_PASS1_REASONS).combine_chunks()
         has = np.asarray(pc.greater(pc.list_value_length(column), 0).fill_null(False)
                          .to_numpy(zero_copy_only=False))
+        if listed.size:
+            left_ids = table.column(ID).to_numpy()[~has].astype(np.uint64)
+            quarantined += int(member(left_ids, listed).sum())
         rows = np.flatnonzero(has)
         if not rows.size:
             continue
@@ -888,15 +906,14 @@ def _refuse_heavy_loss_before(run: ShardRun, recipe: Recipe, stage: str,
                 taken += table.select(names).take(pa.array(at)).to_pylist()
     heavy = None if allow_heavy_loss else _heaviest(dict(by_reason), run.rows, recipe)
     left = run.rows - sum(by_reason.values())
-    if heavy is None and quarantined and left <= quarantined:
-        # the row stages left rows, and the quarantine (which may list them all) the stage
-        # found none: the user's own list took them, not the rules
+    if heavy is None and quarantined and quarantined == left:
+        # the quarantine, the user's own list, took every row the row stages left
         raise InputError(
             f"clean stopped at the {stage} stage: no row is left for it — the quarantine "
-            f"lists {_plural(quarantined, 'id')}"
-            + (f", and the other checks took {run.rows - left:,} of the {run.rows:,} rows ("
+            f"took {_plural(quarantined, 'row')}"
+            + (f", and the other checks the other {run.rows - left:,} ("
                + ", ".join(f"{r} {n:,}" for r, n in by_reason.most_common()) + ")"
-               if left < run.rows else f" and the dataset holds {_plural(run.rows, 'row')}")
+               if left < run.rows else ", every row of the dataset")
             + "; nothing is left to clean")
     if heavy is None:
         return

@@ -150,6 +150,11 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         # each worker maps the shards and loads the tokenizer itself
         return {**self.__dict__, "_dataset": None, "_encoder": None, "_plans": {}}
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if not self._shared.is_shared():  # a deep copy: forked workers must still see it
+            self._shared.share_memory_()  # type: ignore[no-untyped-call]
+
     def __len__(self) -> int:
         return self._plan(1).batches_per_rank
 
@@ -263,10 +268,11 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
                    if self._worker_next is not None
                    else plan.worker_batches(worker, self._start_batch))
         self._next_batch = numbers[0] if numbers else plan.batches_per_rank
-        return self._batches(dataset, numbers, workers, info is not None)
+        return self._batches(dataset, numbers, workers, info is not None,
+                             plan.batches_per_rank)
 
-    def _batches(self, dataset: Dataset, numbers: range, workers: int,
-                 in_worker: bool) -> Iterator[dict[str, Any]]:
+    def _batches(self, dataset: Dataset, numbers: range, workers: int, in_worker: bool,
+                 per_rank: int) -> Iterator[dict[str, Any]]:
         texts = [name[:-4] for name in self.token_columns] if self._encoder is not None else []
         for b in numbers:
             # only the columns the batch holds are read: no text or origin unless asked for
@@ -291,7 +297,9 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
                 batch[column] = table.column(column).to_pylist()  # type: ignore[union-attr]
             if in_worker:
                 _one_storage(batch)
-            self._next_batch = b + workers  # this worker's next batch
+            # this worker's next batch (the epoch's end once it has none left: a worker's
+            # state past it would read as a position past the epoch)
+            self._next_batch = min(b + workers, per_rank)
             self._iterated_here = True
             yield batch
         # a later pass without set_epoch starts the epoch again, not at the resume point
@@ -349,15 +357,20 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         epoch = _whole("the state's epoch", state["epoch"], least=0)
         worker_next = (_whole("the state's worker_next", state["worker_next"], least=0)
                        if "worker_next" in state else None)
-        self.epoch = epoch
-        per_rank = self._plan(1).batches_per_rank
+        current, self.epoch = self.epoch, epoch
+        try:
+            per_rank = self._plan(1).batches_per_rank
+        finally:
+            self.epoch = current  # nothing changes until the state is found good
+        if worker_next is not None:  # a worker done with its epoch said one batch past it
+            consumed = min(consumed, per_rank * self.world_size)
         if consumed // self.world_size > per_rank:
             raise InputError(
                 f"the state is {consumed // self.world_size:,} batches into epoch {epoch}, "
                 f"which has {per_rank:,} batches a rank: batches_done counts this epoch's "
                 "batches of one rank (batch['batch'] + 1 of the last batch trained on), not "
                 "the global step")
-        self._resume_epoch = epoch
+        self.epoch = self._resume_epoch = epoch
         self._start_batch = self._next_batch = consumed // self.world_size
         self._worker_next = worker_next
         self._share_position()
@@ -529,10 +542,10 @@ class CoverageMonitor:
             self._complain(message)
         return result
 
-    def _complain(self, message: str) -> None:
+    def _complain(self, message: str, stacklevel: int = 3) -> None:
         if self.strict:
             raise RuntimeError(message)
-        warnings.warn(message, stacklevel=3)
+        warnings.warn(message, stacklevel=stacklevel)  # at the caller of end_epoch
 
     def _end_rank_epoch(self, loader: SprIterableDataset) -> dict[str, Any]:
         """End an epoch of one rank of several: its ids against the rows its batches hold."""
@@ -552,6 +565,8 @@ class CoverageMonitor:
                   "rank_rows": len(expected), "seen": self._seen, "distinct_rows": len(seen),
                   "repeats": self._repeats, "missed": missed, "unexpected": unexpected,
                   "coverage": round((len(expected) - missed) / max(len(expected), 1), 6),
+                  # the rows no rank reads are in no rank's share: none are missed here
+                  "dropped_by_design": 0,
                   "repeated_by_design": len(expected_ids) - len(expected)}
         self._seen = self._repeats = 0
         self.epoch += 1
@@ -561,5 +576,5 @@ class CoverageMonitor:
                 f"{len(seen):,} distinct rows seen of the {len(expected):,} this rank's "
                 f"batches hold, {missed:,} of them missed, {unexpected:,} rows of other "
                 f"ranks seen, {result['repeats']:,} repeated "
-                f"({result['repeated_by_design']:,} by design)")
+                f"({result['repeated_by_design']:,} by design)", stacklevel=4)
         return result
