@@ -368,9 +368,11 @@ def test_resume_with_a_token_budget(tokenized: Path):
        budget=st.sampled_from([None, 300, 1000]))
 def test_resume_anywhere_sees_each_remaining_row_once(tokenized: Path, stop: int, world: int,
                                                       new_world: int, budget: int | None):
+    options: dict[str, Any] = {"max_tokens": budget} if budget else {"batch_size": 50}
+    # a position past the epoch is refused (tested above): at most its end
+    stop = min(stop, len(SprIterableDataset(tokenized, world_size=world, rank=0, **options)))
     if stop * world % new_world:
         new_world = world  # not a step boundary for that world size: refused, tested above
-    options: dict[str, Any] = {"max_tokens": budget} if budget else {"batch_size": 50}
     resume_check(tokenized, stop=stop, world=world,
                  new_world=None if new_world == world else new_world, **options)
 
@@ -490,6 +492,14 @@ def test_a_state_outside_its_epoch_is_refused(dataset: Path):
     end = SprIterableDataset(dataset, batch_size=50)
     end.load_state_dict(ds.state_dict(batches_done=per_rank))  # the epoch's end: nothing left
     assert list(end) == []
+    # the end of an epoch whose last steps wrap around on 4 ranks (more batches than one rank
+    # has): still the end on 1 rank
+    wrapped = SprIterableDataset(dataset, batch_size=64, drop_remainder=False, world_size=4,
+                                 rank=0)
+    alone = SprIterableDataset(dataset, batch_size=64, drop_remainder=False)
+    assert len(wrapped) * 4 > len(alone)
+    alone.load_state_dict(wrapped.state_dict(batches_done=len(wrapped)))
+    assert list(alone) == []
 
 
 @pytest.mark.parametrize(("options", "message"), [

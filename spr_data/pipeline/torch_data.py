@@ -212,6 +212,16 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
                 self._plans = {key: p}
         return self._plans[key]
 
+    def _per_rank_on(self, world_size: int) -> int:
+        """This epoch's batches a rank on ``world_size`` ranks."""
+        p = self._plan(1)
+        if isinstance(p, TokenPlan):  # its batches are the same for any world size
+            whole, part = divmod(p.total_batches, world_size)
+            return whole + (1 if part and not self.drop_remainder else 0)
+        assert self.batch_size is not None  # noqa: S101 - fixed-size mode
+        return plan(self.rows, world_size=world_size, batch_size=self.batch_size,
+                    drop_remainder=self.drop_remainder).batches_per_rank
+
     def by_design(self, epoch: int | None = None) -> dict[str, int]:
         """Rows an epoch (this one by default) leaves out or reads twice on purpose, over all
         ranks: the remainder that fills no whole batch (``drop_remainder``), or the rows its
@@ -357,19 +367,22 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         epoch = _whole("the state's epoch", state["epoch"], least=0)
         worker_next = (_whole("the state's worker_next", state["worker_next"], least=0)
                        if "worker_next" in state else None)
+        saved_world = int(state["world_size"])
         current, self.epoch = self.epoch, epoch
         try:
             per_rank = self._plan(1).batches_per_rank
+            then = self._per_rank_on(saved_world)  # the epoch's batches a rank where saved
         finally:
             self.epoch = current  # nothing changes until the state is found good
-        if worker_next is not None:  # a worker done with its epoch said one batch past it
-            consumed = min(consumed, per_rank * self.world_size)
-        if consumed // self.world_size > per_rank:
+        if done > then and worker_next is None:  # (a worker done with its share said one past)
             raise InputError(
-                f"the state is {consumed // self.world_size:,} batches into epoch {epoch}, "
-                f"which has {per_rank:,} batches a rank: batches_done counts this epoch's "
+                f"the state is {done:,} batches into epoch {epoch}, which has {then:,} "
+                f"batches a rank on {saved_world} rank(s): batches_done counts this epoch's "
                 "batches of one rank (batch['batch'] + 1 of the last batch trained on), not "
                 "the global step")
+        # an epoch finished on another world size is finished here too, though a world size
+        # that wraps its last steps around reads more batches than this one has
+        consumed = min(consumed, per_rank * self.world_size)
         self.epoch = self._resume_epoch = epoch
         self._start_batch = self._next_batch = consumed // self.world_size
         self._worker_next = worker_next
