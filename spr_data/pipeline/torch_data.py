@@ -152,6 +152,8 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        if "_shared" not in state:  # pickled by a version before it
+            self._shared = torch.tensor([self.epoch, self._start_batch], dtype=torch.int64)
         if not self._shared.is_shared():  # a deep copy: forked workers must still see it
             self._shared.share_memory_()  # type: ignore[no-untyped-call]
 
@@ -354,32 +356,38 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
                                  f"{mine!r}: it belongs to another dataset or run")
         # global steps consumed: a step is one batch on every rank
         done = _whole("the state's batches_done", state["batches_done"], least=0)
-        consumed = done * _whole("the state's world_size", state["world_size"])
-        if consumed % self.world_size:
-            raise InputError(f"the state is {consumed} batches into the epoch, which is not "
-                             f"a step boundary for world size {self.world_size}; resume on "
-                             f"{state['world_size']} ranks or at an epoch boundary")
-        if "worker_next" in state and int(state["world_size"]) != self.world_size:
+        saved_world = _whole("the state's world_size", state["world_size"])
+        consumed = done * saved_world
+        if "worker_next" in state and saved_world != self.world_size:
             raise InputError(f"this state is one DataLoader worker's position on "
-                             f"{state['world_size']} ranks; it resumes on {state['world_size']} "
+                             f"{saved_world} ranks; it resumes on {saved_world} "
                              f"ranks only, not {self.world_size} (to change the world size, "
                              "save state_dict(batches_done) from the training loop)")
         epoch = _whole("the state's epoch", state["epoch"], least=0)
         worker_next = (_whole("the state's worker_next", state["worker_next"], least=0)
                        if "worker_next" in state else None)
-        saved_world = int(state["world_size"])
         current, self.epoch = self.epoch, epoch
         try:
             per_rank = self._plan(1).batches_per_rank
             then = self._per_rank_on(saved_world)  # the epoch's batches a rank where saved
         finally:
             self.epoch = current  # nothing changes until the state is found good
-        if done > then and worker_next is None:  # (a worker done with its share said one past)
+        # a worker done with its share said a batch past the epoch (up to one a loader
+        # worker, before this version clamped it)
+        slack = _MAX_LOADER_WORKERS if worker_next is not None else 0
+        if done > then + slack:
             raise InputError(
                 f"the state is {done:,} batches into epoch {epoch}, which has {then:,} "
                 f"batches a rank on {saved_world} rank(s): batches_done counts this epoch's "
                 "batches of one rank (batch['batch'] + 1 of the last batch trained on), not "
                 "the global step")
+        if consumed % self.world_size:
+            if done < then:
+                raise InputError(
+                    f"the state is {consumed} batches into the epoch, which is not a step "
+                    f"boundary for world size {self.world_size}; resume on {saved_world} "
+                    "ranks or at an epoch boundary")
+            consumed = per_rank * self.world_size  # the epoch's end there: its end here
         # an epoch finished on another world size is finished here too, though a world size
         # that wraps its last steps around reads more batches than this one has
         consumed = min(consumed, per_rank * self.world_size)
@@ -387,6 +395,10 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         self._start_batch = self._next_batch = consumed // self.world_size
         self._worker_next = worker_next
         self._share_position()
+
+
+#: more DataLoader workers than any run has: how far past its epoch an old worker state may say
+_MAX_LOADER_WORKERS = 256
 
 
 def _count(name: str, value: Any, *, least: int = 1, hint: str = "") -> int | None:
