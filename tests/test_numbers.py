@@ -59,6 +59,12 @@ SAME = [
     ("More than 820,000 people", "8,20,000 पेक्षा जास्त लोक"),  # Indian grouping
     ("she's 100 percent certain", "တစ္ရာရာခိုင္ႏႈန္း ေသခ်ာသည္ဟု တ၀ါး၀ါး"),  # Zawgyi signs
     ("1.2 trillion yen", "1兆2000億円"),
+    # the pieces of times and dates still count (one ':' or two marks)
+    ("The show runs from 5.30 to 7.45 p.m.", "Die Show läuft von 5:30 bis 19:45 Uhr."),
+    ("John 3,16", "Johannes 3:16"),
+    ("between 12:00 and 13:00 BST", "entre 12 h 00 et 13 h 00 BST"),
+    ("A 6-foot-6 junior", "Ο τριτοετής φοιτητής με ύψος 1,98"),  # feet, then inches
+    ("A 6-foot-6 junior", "198 センチの大学生"),
     ("30 million dollars", "3천만 달러"),  # 천 then a myriad: one factor
     ("300 billion won", "3천억 원"),
     ("Temperatures fell to 14 degrees.", "Температура упала до -10 градусов."),
@@ -110,6 +116,12 @@ DIFFERENT = [
     ("£120 million a year", "प्रति वर्ष £1.2 करोड"),  # NTREX Nepali's slip: 12 million
     ("It is 3 miles away", "Es ist 4 km entfernt"),  # 4.8 km: to 5, not cut to 4
     ("36 million", "3천5백만"),
+    # a decimal's pieces are not values of its side (stop 54's junk trial: these matched
+    # through the 2 and 6 of "5,6 … 2,9", the 16 of "16.1", the 5 of "8.5")
+    ("averaged 5.6 points and 2.6 rebounds", "5,6 points et 2,9 rebonds"),
+    ("more than 16,000 people", "16.1 kişi"),
+    ("more than 5.5 million Syrians", "8.5 मिलियन से अधिक सीरियाई"),
+    ("a final score of 16.5 to 10.5", "16.6 से 10.5 तक"),
 ]
 
 

@@ -283,6 +283,8 @@ _UNITS = [
     (re.compile(r"^[\s-]?(?:gallons?)\b", re.IGNORECASE), (Decimal("3.785411784"),)),
     (re.compile(r"^[\s-]?(?:acres?)\b", re.IGNORECASE), (Decimal("0.40468564224"),)),
 ]
+#: feet and then inches: "6-foot-6", "6 ft 6 in", "5 feet 11 inches"
+_FEET_INCHES = re.compile(r"^[\s-]?(?:foot|feet|ft\.?)[\s-]?(\d{1,2})(?!\d)", re.IGNORECASE)
 #: "80 degrees" in American news is Fahrenheit too
 _FAHRENHEIT = re.compile(r"^[\s-]?(?:°\s?F\b|degrees?\b|F\b)", re.IGNORECASE)
 
@@ -322,6 +324,10 @@ def _converted(value: Decimal, after: str) -> list[list[Decimal]]:
         return []
     out = [[v] for pattern, factors in _UNITS if pattern.match(after)
            for factor in factors for v in _rounded(value * factor)]
+    inches = _FEET_INCHES.match(after)
+    if inches:  # 6-foot-6, 6 ft 6 in: 1.98 m, 198 cm
+        cm = (value * 12 + int(inches.group(1))) * Decimal("2.54")
+        out += [[v] for total in (cm, cm / 100) for v in _rounded(total)]
     if _FAHRENHEIT.match(after):  # the other side's minus sign is not read: -10 is 10
         out += [[abs(v)] for v in _rounded((value - 32) * 5 / 9)]
         # or a difference: "10 degrees above average" is "5,6 °C" / "6 Grad" above it
@@ -455,10 +461,23 @@ def read_numbers(text: str) -> SideNumbers | None:
         readings += extra
         item = tuple(frozenset(_canon(v) for v in r) for r in readings)
         items.append(item)
-        for r in item:
+        # the pieces of one decimal-looking number (2.6, 16,000: one '.' or ',') are no
+        # values of the side: else "2.6" was found in "5,6 … 2,9" (its 2 and 6 there) and
+        # "16,000" in "16.1"; the pieces of times and dates (12:00, 12.03.2019) are
+        pieces = _decimal_like(group)
+        for r in item if not pieces else item[1:]:
             pool |= r
     pool |= _word_values(text)
     return SideNumbers(tuple(items), frozenset(pool))
+
+
+_ONE_DECIMAL_MARK = re.compile(r"^\d+[.,]\d+$")
+
+
+def _decimal_like(group: str) -> bool:
+    """Whether a digit group is two runs of digits around one '.' or ',': a decimal or a
+    thousands group, whose first reading (its pieces) is the least likely."""
+    return bool(_ONE_DECIMAL_MARK.match(_digits(group).strip()))
 
 
 @lru_cache(maxsize=1)
