@@ -293,6 +293,24 @@ def test_cli_executor_options_are_checked(corpus: Path, tmp_path: Path):
     assert not (tmp_path / "o").exists()
 
 
+def test_a_ray_address_where_nothing_listens_is_one_line_and_leaves_no_run(corpus: Path,
+                                                                          tmp_path: Path):
+    """Ray retried such an address for over 10 minutes, deaf to Ctrl-C, after the run had
+    written its work directory (which then blocked a local run into the same --out)."""
+    import socket
+
+    with socket.socket() as probe:  # a port just free: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.monotonic()
+    result = run_cli("clean", corpus, "--out", tmp_path / "o", "--executor", "ray",
+                     "--ray-address", f"127.0.0.1:{port}")
+    assert result.exit_code == 2, result.stderr
+    assert f"cannot reach Ray at 127.0.0.1:{port}: Connection refused" in result.stderr
+    assert time.monotonic() - started < 60
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_run_directory_on_a_local_disk_is_refused_for_a_cluster_of_several_hosts(
         ray_address: str, tmp_path: Path):
     from spr_data.pipeline.executor import check_shared

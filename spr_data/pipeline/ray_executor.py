@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -40,6 +41,26 @@ def _import_ray() -> Any:
     except ImportError as exc:
         raise InputError(f"the Ray executor needs Ray: {INSTALL_HINT}") from exc
     return ray
+
+
+#: seconds to wait for a TCP connection to the cluster's address before Ray is asked to join
+_REACH_TIMEOUT = 5.0
+
+
+def _check_reachable(address: str | None) -> None:
+    """One clear error for a ``HOST:PORT`` (or ``ray://HOST:PORT``) where nothing listens:
+    Ray itself retries such an address for many minutes, deaf to Ctrl-C."""
+    if address is None or address in ("auto", "local"):
+        return
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    if not host or not port.isdigit():
+        return  # Ray reads what else it takes, and says what it does not
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=_REACH_TIMEOUT).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise InputError(f"cannot reach Ray at {address}: {reason}; check the address (`ray "
+                         "status` on the head node prints it) or drop --ray-address") from None
 
 
 def _call(fn: Callable[[T], R], task: T) -> R:
@@ -73,6 +94,11 @@ class RayExecutor:
         self._remote: Any = None
 
     def __enter__(self) -> RayExecutor:
+        if self.address is not None:
+            # a cluster to join is joined now, before the command prepares its output: one
+            # that cannot be reached leaves no run behind (a Ray of its own starts lazily, so
+            # that a command refused for its inputs starts none)
+            self._connect()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -110,6 +136,7 @@ class RayExecutor:
             main = threading.current_thread() is threading.main_thread()
             on_sigterm = signal.getsignal(signal.SIGTERM) if main else None
             os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+            _check_reachable(self.address)
             try:
                 # "local": a new Ray even where one runs on this machine (ray.init() would
                 # join that one)
