@@ -109,13 +109,17 @@ def assert_gradient_flow(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Mod
                                 f"finite, non-zero gradient:\n{lines}")
 
 
+def _norm(grads: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """The gradients' L2 norm, each tensor's taken in ``dtype`` (a fused kernel a tensor)."""
+    total: torch.Tensor = torch.linalg.vector_norm(
+        torch.stack(torch._foreach_norm(grads, 2.0, dtype=dtype)))
+    return total
+
+
 def _norm64(grads: list[torch.Tensor]) -> torch.Tensor | None:
-    """The gradients' L2 norm in float64, or None where the device cannot (MPS has no
-    float64)."""
+    """:func:`_norm` in float64, or None where the device cannot (MPS has no float64)."""
     try:
-        norms = torch._foreach_norm(grads, 2.0, dtype=torch.float64)
-        total: torch.Tensor = torch.linalg.vector_norm(torch.stack(norms))
-        return total
+        return _norm(grads, torch.float64)
     except (RuntimeError, TypeError):
         return None
 
@@ -165,7 +169,6 @@ class FiniteStepGuard:
         self.skipped = 0
         self.consecutive = 0
         self.last_norm: float | None = None
-        self._no_float64 = False  # the last step's norm overflowed and float64 was not at hand
         self._recent: deque[bool] = deque(maxlen=window)
         self._names = {key: names[0] for key, names in _names_by_tensor(model).items()}
 
@@ -179,14 +182,10 @@ class FiniteStepGuard:
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         grads = self._grads()
-        if grads:
-            # in float32: an fp16 gradient's norm overflows fp16 long before its elements do
-            norms = torch._foreach_norm(grads, 2.0, dtype=torch.float32)
-            total = torch.linalg.vector_norm(torch.stack(norms))
-        else:
-            total = torch.zeros(())
+        # in float32: an fp16 gradient's norm overflows fp16 long before its elements do
+        total = _norm(grads, torch.float32) if grads else torch.zeros(())
         norm = float(total)  # the one host sync
-        self._no_float64 = False
+        no_float64 = False
         if not math.isfinite(norm) and grads and bool(
                 torch.stack([torch.isfinite(g).all() for g in grads]).all()):
             # every element finite, only their float32 norm overflowed (elements past about
@@ -194,7 +193,7 @@ class FiniteStepGuard:
             wide = _norm64(grads)
             if wide is not None:
                 total, norm = wide, float(wide)
-            self._no_float64 = wide is None
+            no_float64 = wide is None
         self.steps += 1
         if math.isfinite(norm):
             self.last_norm = norm
@@ -210,11 +209,11 @@ class FiniteStepGuard:
             self.consecutive = 0
             self._recent.append(False)
             return True
-        self._skip(loss, row_ids)
+        self._skip(loss, row_ids, no_float64)
         return False
 
     def _skip(self, loss: torch.Tensor | float | None,
-              row_ids: Iterable[int] | torch.Tensor | None) -> None:
+              row_ids: Iterable[int] | torch.Tensor | None, no_float64: bool) -> None:
         bad = [self._names.get(id(p), "?") for g in self.optimizer.param_groups
                for p in g["params"]
                if p.grad is not None and not bool(torch.isfinite(p.grad).all())]
@@ -245,7 +244,7 @@ class FiniteStepGuard:
         else:
             log.warning("step %d skipped: every gradient element is finite, but their norm "
                         "overflows float32%s; %d rows quarantined%s", record["step"],
-                        " and this device cannot take it in float64" if self._no_float64
+                        " and this device cannot take it in float64" if no_float64
                         else "", len(ids), f" to {self.quarantine}" if self.quarantine else "")
         if self.consecutive >= self.max_consecutive_skips:
             raise TrainingDiverged(f"{self.consecutive} steps in a row had non-finite "

@@ -9,6 +9,7 @@ ranks or workers. Each batch carries the row ids it holds. Use it with
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import warnings
 from collections.abc import Iterator
@@ -215,14 +216,8 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         return self._plans[key]
 
     def _per_rank_on(self, world_size: int) -> int:
-        """This epoch's batches a rank on ``world_size`` ranks."""
-        p = self._plan(1)
-        if isinstance(p, TokenPlan):  # its batches are the same for any world size
-            whole, part = divmod(p.total_batches, world_size)
-            return whole + (1 if part and not self.drop_remainder else 0)
-        assert self.batch_size is not None  # noqa: S101 - fixed-size mode
-        return plan(self.rows, world_size=world_size, batch_size=self.batch_size,
-                    drop_remainder=self.drop_remainder).batches_per_rank
+        """This epoch's batches a rank on ``world_size`` ranks (the plan's own count)."""
+        return dataclasses.replace(self._plan(1), world_size=world_size).batches_per_rank
 
     def by_design(self, epoch: int | None = None) -> dict[str, int]:
         """Rows an epoch (this one by default) leaves out or reads twice on purpose, over all
@@ -242,16 +237,19 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
                            window=self.window, block=self.block)
         return {"dropped": p.dropped, "repeated": p.repeated}
 
-    def rank_rows(self) -> np.ndarray:
-        """Row indices of every batch this rank reads in the current epoch, in order (a
-        row read twice by design appears twice)."""
+    def rank_ids(self) -> np.ndarray:
+        """Row ids of every batch this rank reads in the current epoch, in order (a row
+        read twice by design appears twice)."""
         p = self._plan(1)
         if isinstance(p, TokenPlan):
             parts = [p.batch_rows(self.rank, b) for b in range(p.batches_per_rank)]
-            return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-        return epoch_order(self.rows, self.seed, self.epoch,
-                           p.batch_positions(self.rank, np.arange(p.batches_per_rank)),
-                           self.block)
+            rows = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        else:
+            rows = epoch_order(self.rows, self.seed, self.epoch,
+                               p.batch_positions(self.rank, np.arange(p.batches_per_rank)),
+                               self.block)
+        ids: np.ndarray = self._open().select_rows(rows).values("id").astype(np.int64)
+        return ids
 
     def sizes_of(self, rows: np.ndarray) -> np.ndarray:
         """The size of each row for the token budget: its longest token-id sequence."""
@@ -574,8 +572,7 @@ class CoverageMonitor:
 
     def _end_rank_epoch(self, loader: SprIterableDataset) -> dict[str, Any]:
         """End an epoch of one rank of several: its ids against the rows its batches hold."""
-        expected_ids = open_dataset(loader.path, reader=loader.reader).select_rows(
-            loader.rank_rows()).values("id").astype(np.int64)
+        expected_ids = loader.rank_ids()
         expected = unique(expected_ids)
         if self._bits is not None:
             seen = np.flatnonzero(np.unpackbits(self._bits, bitorder="little")).astype(np.int64)
