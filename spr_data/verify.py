@@ -32,8 +32,12 @@ class VerifyReport:
     """What ``verify`` found; ``ok`` when the dataset matches its manifest in every respect."""
 
     path: Path | str
+    #: rows read from the shards that passed their checks (a corrupt shard's count none)
     rows: int = 0
     shards: int = 0
+    #: rows the manifest lists, and the shards that failed a check
+    manifest_rows: int = 0
+    bad_shards: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     rejects: VerifyReport | None = None
     #: rows per ``reason``, counted in the same pass, when the dataset has that column
@@ -48,6 +52,7 @@ class VerifyReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "path": str(self.path), "rows": self.rows, "shards": self.shards,
+                "manifest_rows": self.manifest_rows, "bad_shards": self.bad_shards,
                 "problems": self.all_problems(),
                 "rejects": self.rejects.to_json() if self.rejects else None}
 
@@ -190,44 +195,18 @@ def _rows_in_files(ds: Dataset | None) -> int:
 def _verify_one(ds: Dataset, seen: _SeenIds,
                 on_shard: Callable[[str], None] | None) -> VerifyReport:
     manifest = ds.manifest
-    report = VerifyReport(ds.location, shards=len(manifest.shards))
+    report = VerifyReport(ds.location, shards=len(manifest.shards),
+                          manifest_rows=sum(shard.rows for shard in manifest.shards))
     has_ids = ID in manifest.schema.names
     for shard in manifest.shards:
         if on_shard is not None:
             on_shard(shard.file)
-        path = ds.path / shard.file
-        where = f"{ds.shard_location(shard)}:"  # a URL stays a URL (a Path would mangle it)
-        if ds.remote:
-            source, problem = _remote_source(ds, shard, where)
-            if problem is not None:
-                report.problems.append(problem)
-                continue
-        else:
-            if not path.is_file():
-                report.problems.append(f"{where} missing")
-                continue
-            size = path.stat().st_size
-            if size != shard.bytes:
-                report.problems.append(f"{where} {size} bytes, manifest says {shard.bytes}")
-                continue
-            digest = sha256_file(path)
-            if digest != shard.hash:  # read it again from the disk before calling it corrupt
-                time.sleep(_REREAD_PAUSE)
-                digest = sha256_file(path, uncached=True)
-            if digest != shard.hash:
-                report.problems.append(f"{where} content hash {digest} differs from the "
-                                       f"manifest's {shard.hash} (the file changed or is "
-                                       "corrupt)")
-                continue
-            source = pa.memory_map(str(path))
-        try:
-            with source:
-                table = pa.ipc.open_file(source).read_all()
-                problems = _check_table(table, manifest, shard.rows, shard.first_id, seen, has_ids)
-        except (OSError, pa.ArrowInvalid) as exc:
-            report.problems.append(f"{where} not a readable Arrow IPC file: {exc}")
+        problems, table = _verify_shard(ds, shard, seen, has_ids)
+        if problems:
+            report.problems += problems
+            report.bad_shards.append(shard.file)
+        if table is None:
             continue
-        report.problems += [f"{where} {p}" for p in problems]
         report.rows += table.num_rows
         if REASON in table.schema.names:
             for item in pc.value_counts(table.column(REASON)).to_pylist():
@@ -235,6 +214,39 @@ def _verify_one(ds: Dataset, seen: _SeenIds,
     if not ds.remote:
         report.problems += _unlisted_shards(ds.path, manifest)
     return report
+
+
+def _verify_shard(ds: Dataset, shard: ShardInfo, seen: _SeenIds,
+                  has_ids: bool) -> tuple[list[str], pa.Table | None]:
+    """One shard's problems, and its table where it could be read (its rows count)."""
+    where = f"{ds.shard_location(shard)}:"  # a URL stays a URL (a Path would mangle it)
+    if ds.remote:
+        source, problem = _remote_source(ds, shard, where)
+        if problem is not None:
+            return [problem], None
+    else:
+        path = ds.path / shard.file
+        if not path.is_file():
+            return [f"{where} missing"], None
+        size = path.stat().st_size
+        if size != shard.bytes:
+            return [f"{where} {size} bytes, manifest says {shard.bytes}"], None
+        digest = sha256_file(path)
+        if digest != shard.hash:  # read it again from the disk before calling it corrupt
+            time.sleep(_REREAD_PAUSE)
+            digest = sha256_file(path, uncached=True)
+        if digest != shard.hash:
+            return [f"{where} content hash {digest} differs from the manifest's {shard.hash} "
+                    "(the file changed or is corrupt)"], None
+        source = pa.memory_map(str(path))
+    try:
+        with source:
+            table = pa.ipc.open_file(source).read_all()
+            problems = _check_table(table, ds.manifest, shard.rows, shard.first_id, seen,
+                                    has_ids)
+    except (OSError, pa.ArrowInvalid) as exc:
+        return [f"{where} not a readable Arrow IPC file: {exc}"], None
+    return [f"{where} {p}" for p in problems], table
 
 
 def _unlisted_shards(directory: Path, manifest: Manifest) -> list[str]:

@@ -596,6 +596,13 @@ def test_the_languages_follow_the_columns_chosen(tmp_path: Path):
         first = open_dataset(tmp_path / path.suffix[1:]).take([0]).to_pylist()[0]
         assert (first["src"], first["tgt"]) == ("Zwei Hunde.", "Two dogs.")
     assert ingest([tsv], tmp_path / "as_named").langs == ["en", "de"]
+    # Tatoeba's layout (id, eng, id, cmn): the later column first is the other order too
+    tatoeba = write(tmp_path / "t.eng-cmn.tsv", "1\tTwo dogs.\t2\t两只狗。\n".encode() * 20)
+    for columns, langs, first in ((["3", "1"], ["cmn", "eng"], "两只狗。"),
+                                  (["1", "3"], ["eng", "cmn"], "Two dogs.")):
+        summary = ingest([tatoeba], tmp_path / "".join(columns), columns=columns)
+        assert summary.langs == langs
+        assert open_dataset(tmp_path / "".join(columns)).take([0]).to_pylist()[0]["src"] == first
 
 
 def test_a_moses_pair_with_upper_case_suffixes_and_lines_of_spaces(tmp_path: Path):

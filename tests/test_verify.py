@@ -120,6 +120,23 @@ def test_verify_json(tmp_path: Path):
     result = run_cli("verify", ds, "--json")
     data = json.loads(result.stdout)
     assert data["ok"] is True and data["rows"] == 3000 and data["rejects"]["rows"] == 2
+    assert (data["manifest_rows"], data["bad_shards"]) == (3000, [])
+
+
+def test_verify_json_names_the_bad_shard_and_the_rows_the_manifest_lists(tmp_path: Path):
+    """``rows`` counts the rows of the shards that passed; with one shard of three corrupt,
+    ``manifest_rows`` still says how many the dataset should hold and ``bad_shards`` which
+    file failed (before, a script saw ``"rows": 2000`` and nothing else to go on)."""
+    ds = build(tmp_path)
+    shard = ds / "shard-00001.arrow"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 1
+    shard.write_bytes(bytes(data))
+    result = run_cli("verify", ds, "--json")
+    out = json.loads(result.stdout)
+    assert result.exit_code == 1 and out["ok"] is False
+    assert (out["rows"], out["manifest_rows"]) == (2000, 3000)
+    assert out["bad_shards"] == ["shard-00001.arrow"] and out["rejects"]["bad_shards"] == []
 
 
 def test_a_hostile_manifest_is_refused_or_checked_without_a_huge_allocation(tmp_path: Path):

@@ -195,6 +195,13 @@ def _chosen_side_of_pair_name(path: Path, fmt: str,
     return [field] if field in pair else None
 
 
+def _descending(chosen: Sequence[str]) -> bool:
+    """Two column numbers, the later column first (``--columns 3,1``): the name's languages,
+    given in the file's order, are then read in the other order."""
+    return (len(chosen) == 2 and all(c.isdigit() for c in chosen)
+            and int(chosen[0]) > int(chosen[1]))
+
+
 def parse_langs(text: str) -> list[str]:
     """``"en-de"`` or ``"en,zh-CN"`` → a list of two codes, each checked
     (:func:`spr_data.langcodes.check_lang`: a typo is refused with what it may have meant)."""
@@ -331,9 +338,9 @@ def plan_sources(
             found = (_chosen_side_of_pair_name(ps[0], fmt, columns or keys)
                      if final_kind == "mono" else langs_from_name(ps[0], final_kind))
             chosen = list((keys if fmt == "jsonl" else columns) or [])
-            if found and len(found) == 2 and (chosen == ["1", "0"] or (
+            if found and len(found) == 2 and (_descending(chosen) or (
                     sorted(chosen) == sorted(found) and chosen != list(found))):
-                found = [found[1], found[0]]  # pairs.eng-cmn.tsv read as --columns 1,0
+                found = [found[1], found[0]]  # pairs.eng-cmn.tsv read as --columns 3,1
             if found:
                 guessed.add(tuple(found))
                 _check_langs_fit_names(langs, [shown(ps[0])], found)
