@@ -337,7 +337,7 @@ def ingest(
     work_dir: WorkDirOption = None,
     allow_heavy_loss: Annotated[bool, typer.Option(
         "--allow-heavy-loss", help="Write the dataset even when one reason rejects more than "
-        "half of the records.")] = False,
+        "half of the records, or more than 1% of an input's lines are not UTF-8.")] = False,
 ) -> None:
     """Turn raw corpora into a sharded Arrow dataset with a manifest."""
     from spr_data import render

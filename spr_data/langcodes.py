@@ -20,7 +20,8 @@ from importlib import resources
 
 from spr_data.errors import InputError
 
-__all__ = ["LanguageCodeError", "check_lang", "lang_name", "problem", "suggest"]
+__all__ = ["LanguageCodeError", "check_lang", "lang_name", "names_a_language", "problem",
+           "suggest"]
 
 
 class LanguageCodeError(InputError):
@@ -74,6 +75,24 @@ def lang_name(code: str) -> str | None:
     """The English name of a primary language code (``de`` → German), if it is one."""
     found = _table().langs.get(code.lower())
     return found[0] or None if found else None
+
+
+@functools.cache
+def _language_words() -> frozenset[str]:
+    """Lower-case words that name a language: codes of languages people write (a lid.176
+    label, or a code of one of them: ``cmn`` for ``zh``) and one-word English names."""
+    from spr_data.qa.scripts import normalize_lang
+    table = _table().langs
+    codes = {c for c, (_, lines) in table.items() if lines > 0 or len(normalize_lang(c)) == 2}
+    names = {name.lower() for name, lines in table.values()
+             if lines > 0 and name and " " not in name and "(" not in name}
+    return frozenset(codes | names)
+
+
+def names_a_language(word: str) -> bool:
+    """Whether ``word`` is a common language code or English language name (``de``, ``eng``,
+    ``German``): what a column header of a corpus says."""
+    return word.lower() in _language_words()
 
 
 def _one_edit(a: str, b: str) -> bool:

@@ -80,8 +80,15 @@ def _escape(text: str) -> str:
     """Control characters shown as escapes, so one value stays on one line."""
     if text.isprintable():
         return text
-    return "".join(_ESCAPES.get(ch, f"\\x{ord(ch):02x}" if not ch.isprintable() and ch != " "
+    return "".join(_ESCAPES.get(ch, _code_point(ch) if not ch.isprintable() and ch != " "
                                 else ch) for ch in text)
+
+
+def _code_point(ch: str) -> str:
+    """A character as its escape: ``\\x1b`` in ASCII, else its code point, ``\\u00a0``,
+    ``\\u3000`` or ``\\U000e0001`` (``\\xa0`` and ``\\x3000`` read as bytes)."""
+    n = ord(ch)
+    return f"\\x{n:02x}" if n < 0x80 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
 
 
 def summarize(value: Any, width: int = 60, *, name: str = "") -> str:

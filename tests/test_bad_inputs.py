@@ -17,6 +17,7 @@ import pytest
 from spr_data import InputError, OutputError, ingest, open_dataset, verify_dataset
 from spr_data.outdir import REJECTS_DIR
 from tests.conftest import run_cli, small_tmpfs
+from tests.junk import read_lines
 
 
 def write(path: Path, data: bytes) -> Path:
@@ -220,6 +221,105 @@ def test_blank_lines_at_the_end_of_one_moses_file_are_rejects_not_a_mismatch(tmp
     result = run_cli("ingest", tmp_path / "more.en", tmp_path / "more.de", "--out",
                      tmp_path / "mismatch")
     assert result.exit_code == 2 and "has 5 lines" in result.stderr
+
+
+def test_an_extra_line_that_is_not_utf8_is_still_a_mismatch(tmp_path: Path):
+    """Found by a new-user trial: a German file one line longer whose last line is Latin-1
+    was read as line-aligned (the extra line decoded to "", an ``empty_line`` reject), and
+    two thirds of the pairs were off by one with exit 0."""
+    en = write(tmp_path / "t.en", b"".join(b"sentence %d.\n" % i for i in range(300)))
+    lines = [b"Satz %d." % i for i in range(300)]
+    lines.insert(100, b"Eine zus\xc3\xa4tzliche Zeile.")
+    lines[-1] += " Grüße".encode("latin-1")
+    de = write(tmp_path / "t.de", b"\n".join(lines) + b"\n")
+    result = run_cli("ingest", en, de, "--out", tmp_path / "ds")
+    assert result.exit_code == 2, result.stdout
+    assert f"{en} has 300 lines" in result.stderr and f"{de} has 301" in result.stderr
+
+
+def test_a_file_in_another_encoding_is_refused_not_half_dropped(corpora: Path, tmp_path: Path):
+    """Found by a new-user trial: LASER's Tatoeba German converted to cp1252 lost 476 of its
+    1,000 lines as ``invalid_utf8`` with exit 0, and the rows kept were the ones without an
+    umlaut (under the 50% guard; and a second input pair hid a worse one's share). Now an
+    input over 1% of whose lines are not UTF-8 is refused, naming it and the fix."""
+    base = corpora / "parallel/tatoeba_laser"
+    pairs = list(zip(read_lines(base / "tatoeba.deu-eng.eng"),
+                     read_lines(base / "tatoeba.deu-eng.deu"), strict=True))[:1000]
+    en = write(tmp_path / "t.en", "".join(e + "\n" for e, _ in pairs).encode())
+    de = write(tmp_path / "t.de", "".join(d + "\n" for _, d in pairs).encode("cp1252"))
+    bad = sum(not d.isascii() for _, d in pairs)
+    assert 0.1 < bad / len(pairs) < 0.5  # under the heavy-loss guard's half
+    good_en = write(tmp_path / "u.en", "".join(e + "\n" for e, _ in pairs).encode())
+    good_de = write(tmp_path / "u.de", "".join(d + "\n" for _, d in pairs).encode())
+    result = run_cli("ingest", good_en, good_de, en, de, "--out", tmp_path / "ds")
+    assert result.exit_code == 1, result.stdout
+    assert f"{de}: {bad:,} of its 1,000 lines are not UTF-8" in result.stderr
+    assert "iconv -f cp1252 -t utf-8 t.de" in result.stderr
+    assert not (tmp_path / "ds" / "manifest.json").exists()
+    summary = ingest([good_en, good_de, en, de], tmp_path / "ds", allow_heavy_loss=True)
+    assert summary.rejects == {"invalid_utf8": bad}
+    # a stray line or two is a reject, as ever
+    lines = [d.encode() for _, d in pairs[:300]]
+    lines[5], lines[9] = b"Gr\xfc\xdfe", b"\xe9t\xe9"
+    write(tmp_path / "s.de", b"\n".join(lines) + b"\n")
+    write(tmp_path / "s.en", "".join(e + "\n" for e, _ in pairs[:300]).encode())
+    assert ingest([tmp_path / "s.en", tmp_path / "s.de"],
+                  tmp_path / "stray").rejects == {"invalid_utf8": 2}
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".zst", ".xz", ".bz2"])
+def test_an_empty_compressed_file_is_a_failed_download_not_an_empty_input(tmp_path: Path,
+                                                                          suffix: str):
+    """Found by a new-user trial: a 0-byte .gz or .zst (no such file holds even empty text)
+    was read as an input of no records, exit 0."""
+    write(tmp_path / f"e.en{suffix}", b"")
+    write(tmp_path / f"e.de{suffix}", b"")
+    result = run_cli("ingest", tmp_path / f"e.en{suffix}", tmp_path / f"e.de{suffix}",
+                     "--out", tmp_path / "ds")
+    assert result.exit_code == 2
+    assert "is empty (0 bytes)" in result.stderr or "truncated" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(("magic", "said"), [(b"PK\x03\x04", "a zip archive: unzip it"),
+                                           (b"\x04\x22\x4d\x18", "lz4-compressed")])
+def test_a_zip_or_lz4_file_named_as_text_says_what_it_is(tmp_path: Path, magic: bytes,
+                                                          said: str):
+    en = write(tmp_path / "c.en", magic + bytes(range(1, 256)) * 4)
+    de = write(tmp_path / "c.de", b"Hallo.\n" * 40)
+    result = run_cli("ingest", en, de, "--out", tmp_path / "ds")
+    assert result.exit_code == 2 and f"c.en is {said}" in result.stderr
+
+
+@pytest.mark.parametrize("header", [b"source\ttarget", b"en\tde", b"English\tGerman",
+                                    b"src_text\ttgt_text", b"\xef\xbb\xbfsentence1\tsentence2"])
+def test_a_header_line_is_a_reject_not_a_pair(tmp_path: Path, header: bytes):
+    """Found by a new-user trial: ``source⇥target`` on a TSV's first line became a training
+    pair and survived clean. A first line of column names is now a ``header`` reject; the
+    same words on a later line, and a first line that is a real pair, stay rows."""
+    names = header.removeprefix(b"\xef\xbb\xbf")  # a byte order mark is no text
+    tsv = write(tmp_path / "p.en-de.tsv", header + b"\n" + b"Two dogs.\tZwei Hunde.\n" * 30
+                + names + b"\n")
+    summary = ingest([tsv], tmp_path / "ds")
+    assert (summary.rows, summary.rejects) == (31, {"header": 1})
+    rejects = open_dataset(tmp_path / "ds").rejects
+    assert rejects is not None and rejects.take([0]).column("raw").to_pylist() == [names]
+    real = write(tmp_path / "r.en-de.tsv", b"No.\tNein.\n" + b"Two dogs.\tZwei Hunde.\n" * 30)
+    assert ingest([real], tmp_path / "real").rejects == {}
+
+
+def test_one_file_twice_or_one_column_for_both_sides_is_refused(tmp_path: Path):
+    """Found by a new-user trial: ``--columns 0,0`` made 300 rows of English labelled as a
+    pair, and one file given twice (or a link to it) was read twice, or paired with itself."""
+    en = write(tmp_path / "t.en", b"Two dogs.\n" * 20)
+    (tmp_path / "link.de").symlink_to(en)
+    tsv = write(tmp_path / "p.en-de.tsv", b"Two dogs.\tZwei Hunde.\n" * 20)
+    for args, said in (([en, tmp_path / "link.de"], "are the same file"),
+                       ([tsv, tsv], "are the same file"),
+                       ([tsv, "--columns", "1,1"], "--columns 1,1 names one field for both")):
+        result = run_cli("ingest", *args, "--out", tmp_path / "ds")
+        assert result.exit_code == 2 and said in result.stderr, (args, result.stderr)
+    assert not (tmp_path / "ds").exists()
 
 
 def big_text(lines: int = 20000) -> bytes:
@@ -603,6 +703,18 @@ def test_the_languages_follow_the_columns_chosen(tmp_path: Path):
         summary = ingest([tatoeba], tmp_path / "".join(columns), columns=columns)
         assert summary.langs == langs
         assert open_dataset(tmp_path / "".join(columns)).take([0]).to_pylist()[0]["src"] == first
+    # a name's order need not be the file's (id, German, English in p.en-de.tsv): with
+    # columns chosen, --langs says which holds which (it was refused as a contradiction)
+    other = write(tmp_path / "o.en-de.tsv", b"1\tZwei Hunde.\tTwo dogs.\n" * 20)
+    for columns, langs, first in ((["2", "1"], ["en", "de"], "Two dogs."),
+                                  (["1", "2"], ["de", "en"], "Zwei Hunde.")):
+        summary = ingest([other], tmp_path / ("o" + "".join(columns)), columns=columns,
+                         langs=langs)
+        assert summary.langs == langs
+        row = open_dataset(tmp_path / ("o" + "".join(columns))).take([0]).to_pylist()[0]
+        assert row["src"] == first
+    with pytest.raises(InputError, match="contradicts the file name"):
+        ingest([other], tmp_path / "fr", columns=["2", "1"], langs=["en", "fr"])
 
 
 def test_a_moses_pair_with_upper_case_suffixes_and_lines_of_spaces(tmp_path: Path):

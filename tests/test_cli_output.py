@@ -89,6 +89,9 @@ def test_summaries_fit_their_width() -> None:
     assert render.summarize(raw, 30).startswith(f"<bytes {len(raw)}> première ligne\\n")
     assert cell_len(render.summarize("你用跑的。" * 20, 15)) <= 15
     assert render.summarize({"input": 0, "line": 5}) == "input=0 line=5"
+    # spaces that are not printable show as their code points, not as bytes (\x3000 read as
+    # a byte that is not UTF-8, found by a new-user trial)
+    assert render.summarize("a\u3000b\xa0c\x1bd") == "a\\u3000b\\u00a0c\\x1bd"
 
 
 NTREX_FILES = ("ben", "eng", "hin", "zho-CN", "deu", "amh")

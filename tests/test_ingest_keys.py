@@ -75,6 +75,35 @@ def test_parquet_columns_follow_the_languages(corpora: Path, tmp_path: Path):
     assert summary.rows == len(pairs) and texts(tmp_path / "ds") == pairs
 
 
+def test_hugging_face_translation_layout_is_read_by_path(corpora: Path, tmp_path: Path):
+    """``{"translation": {"bn": …, "en": …}}``, as Hugging Face's translation datasets are
+    exported (JSONL) and stored (Parquet, a struct column): read without options where the
+    name or --langs gives the languages, or by ``--keys/--columns translation.en,…``. Found
+    by a new-user trial: every record was rejected, with advice that could not work."""
+    pairs = eng_ben(corpora)[:400]
+    records = [{"translation": {"bn": b, "en": a}, "id": str(i)}
+               for i, (a, b) in enumerate(pairs)]
+    (tmp_path / "hf.en-bn.jsonl").write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "hf.parquet")
+    assert ingest([tmp_path / "hf.en-bn.jsonl"], tmp_path / "a").rows == len(pairs)
+    assert texts(tmp_path / "a") == pairs
+    assert ingest([tmp_path / "hf.parquet"], tmp_path / "b", langs=["en", "bn"]).rows == 400
+    assert texts(tmp_path / "b") == pairs
+    ingest([tmp_path / "hf.parquet"], tmp_path / "c", langs=["bn", "en"],
+           columns=["translation.bn", "translation.en"])
+    assert texts(tmp_path / "c") == [(b, a) for a, b in pairs]
+    result = run_cli("ingest", tmp_path / "hf.parquet", "--out", tmp_path / "d",
+                     "--columns", "translation.en,translation.fr", "--langs", "en,fr")
+    assert result.exit_code == 2
+    assert "has no column 'translation.fr'; it has: translation, translation.bn, " \
+           "translation.en, id" in result.stderr
+    # a key that is literally dotted is still read as it is
+    (tmp_path / "dotted.jsonl").write_text('{"a.b": "Two dogs.", "c": "Zwei Hunde."}\n' * 5)
+    assert ingest([tmp_path / "dotted.jsonl"], tmp_path / "e", keys=["a.b", "c"],
+                  langs=["en", "de"]).rows == 5
+
+
 def test_an_input_whose_every_record_is_rejected_is_an_error(corpora: Path, tmp_path: Path):
     pairs = eng_ben(corpora)[:50]
     src = write_jsonl(tmp_path / "pairs.en-bn.jsonl", pairs, ("english", "bengali"))

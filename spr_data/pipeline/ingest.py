@@ -179,7 +179,10 @@ def _write_dataset(plan: SourcePlan, out: Path, format: str | None, columns: Seq
     schema = rows_schema(plan.kind)
     writers: list[ShardWriter] = []
     reject_counts: Counter[str] = Counter()
-    first_rejects: dict[str, tuple[int, int, bytes]] = {}
+    #: per input and reason: how many records, and the first one's line and raw bytes
+    by_input: Counter[tuple[int, str]] = Counter()
+    first_rejects: dict[tuple[int, str], tuple[int, bytes]] = {}
+    records: Counter[int] = Counter()
     next_id = 0
     # the shards are written under the work directory and moved into place at the end: a run
     # killed before then leaves no shard where pyarrow's or polars' discovery would read it
@@ -198,11 +201,15 @@ def _write_dataset(plan: SourcePlan, out: Path, format: str | None, columns: Seq
         for input_index, chunks, source_lineage in _parsed(plan, out, advance, workers,
                                                            executor):
             for chunk in chunks:
-                _write_chunk(chunk, input_index, next_id, schema, rows, rejects, reject_counts,
+                _write_chunk(chunk, input_index, next_id, schema, rows, rejects, by_input,
                              first_rejects)
                 next_id += len(chunk)
+                records[input_index] += len(chunk)
             inputs_lineage.append(source_lineage())
+        for (_, reason), n in by_input.items():
+            reject_counts[reason] += n
         if not allow_heavy_loss:
+            _check_encoding(plan, by_input, first_rejects, records)
             _check_heavy_loss(plan, reject_counts, first_rejects, next_id)
         lineage = {
             "stage": "ingest",
@@ -503,7 +510,7 @@ HEAVY_LOSS_MIN_RECORDS = 100
 
 
 def _check_heavy_loss(plan: SourcePlan, counts: Counter[str],
-                      first: dict[str, tuple[int, int, bytes]], records: int) -> None:
+                      first: dict[tuple[int, str], tuple[int, bytes]], records: int) -> None:
     """Refuse a dataset most of whose records one reason rejected, naming the reason, its
     share and its first record, with what to change (the inputs whose every record was
     rejected are refused earlier, by :class:`_Tally`)."""
@@ -512,7 +519,8 @@ def _check_heavy_loss(plan: SourcePlan, counts: Counter[str],
     reason, n = max(counts.items(), key=lambda item: (item[1], item[0]))
     if n <= HEAVY_LOSS_SHARE * records:
         return
-    input_index, line, raw = first[reason]
+    input_index = min(i for i, r in first if r == reason)
+    line, raw = first[input_index, reason]
     file, snippet = _reject_in(plan.sources[input_index], reason, raw)
     raise DataLossError(
         f"{reason} rejects {n:,} of the {records:,} records ({n / records:.0%}), so no dataset "
@@ -521,9 +529,40 @@ def _check_heavy_loss(plan: SourcePlan, counts: Counter[str],
         + "; pass allow_heavy_loss=True to write it anyway")
 
 
+#: an input more than this share of whose lines are not UTF-8 (two lines at least) is in
+#: another encoding: dropping them keeps a biased sample (the lines without an accented
+#: letter), so ingest refuses it. No file of shared/corpora holds one such line.
+ENCODING_SHARE = 0.01
+
+
+def _check_encoding(plan: SourcePlan, by_input: Counter[tuple[int, str]],
+                    first: dict[tuple[int, str], tuple[int, bytes]],
+                    records: Counter[int]) -> None:
+    """Refuse an input whose lines are not UTF-8 beyond a stray one, naming the file, the
+    share, the first such line and what it reads as in the common 8-bit encoding."""
+    for index, source in enumerate(plan.sources):
+        n = by_input[index, "invalid_utf8"]
+        if n < 2 or n <= ENCODING_SHARE * records[index]:
+            continue
+        line, raw = first[index, "invalid_utf8"]
+        file, _ = _reject_in(source, "invalid_utf8", raw)
+        parts = raw.split(b"\n", 1)  # a Moses record: the source line, then the target's
+        side = parts[-1] if file is not source.files[0] else parts[0]
+        what = encoded_as(file)
+        raise DataLossError(
+            f"{file.where}: {n:,} of its {records[index]:,} lines are not UTF-8 "
+            f"({n / records[index]:.1%}), so no dataset was written; the first, line {line}, "
+            f"reads as cp1252 {side[:80].decode('cp1252', 'replace')!r}: "
+            + (f"{file.path.name} is {what}" if what else
+               f"the file is in another encoding (such as cp1252 or Latin-1), and dropping "
+               f"those lines would keep only the lines without an accented letter; convert "
+               f"it first (iconv -f cp1252 -t utf-8 {file.path.name})")
+            + "; pass allow_heavy_loss=True to write it without them")
+
+
 def _write_chunk(chunk: RecordChunk, input_index: int, first_id: int, schema: pa.Schema,
-                 rows: ShardWriter, rejects: ShardWriter, reject_counts: Counter[str],
-                 first_rejects: dict[str, tuple[int, int, bytes]]) -> None:
+                 rows: ShardWriter, rejects: ShardWriter, by_input: Counter[tuple[int, str]],
+                 first_rejects: dict[tuple[int, str], tuple[int, bytes]]) -> None:
     n = len(chunk)
     ids = pa.array(np.arange(first_id, first_id + n, dtype=np.uint64))
     origin = pa.StructArray.from_arrays(
@@ -538,12 +577,13 @@ def _write_chunk(chunk: RecordChunk, input_index: int, first_id: int, schema: pa
         return
     rows.write(batch.filter(pa.array(~bad)))
     reasons = _REASONS[chunk.codes[bad]]
-    reject_counts.update(reasons.tolist())
+    by_input.update((input_index, reason) for reason in reasons.tolist())
     raw = chunk.raw(bad)
-    for reason in set(reasons.tolist()) - first_rejects.keys():  # each reason's first record
-        at = int(np.argmax(reasons == reason))
-        line = chunk.first_line + int(np.flatnonzero(bad)[at])
-        first_rejects[reason] = (input_index, line, bytes(raw[at].as_py()))
+    for reason in set(reasons.tolist()):  # each reason's first record in this input
+        if (input_index, reason) not in first_rejects:
+            at = int(np.argmax(reasons == reason))
+            line = chunk.first_line + int(np.flatnonzero(bad)[at])
+            first_rejects[input_index, reason] = (line, bytes(raw[at].as_py()))
     rejects.write(pa.RecordBatch.from_arrays(
         [ids.filter(pa.array(bad)), origin.filter(pa.array(bad)),
          pa.array(reasons, pa.string()), raw],

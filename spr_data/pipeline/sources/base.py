@@ -38,6 +38,7 @@ REJECT_REASONS = (
     "not_a_string",  # JSONL: a chosen key holds something other than a string
     "null_field",  # Parquet: a chosen column is null
     "empty_field",  # one side (or the text) is empty
+    "header",  # TSV: a first line of column names (src/tgt, en/de, English/German)
 )
 REASON_CODE = {name: i for i, name in enumerate(REJECT_REASONS)}
 
@@ -162,6 +163,10 @@ def open_stream(record: InputFile, on_bytes: Callable[[int], None] | None) -> Bi
         raw = io.BufferedReader(raw, buffer_size=BLOCK_BYTES)
     tracked = _TrackedReader(raw, record, on_bytes)
     kind = record.compression
+    if kind is not None and record.size == 0:  # gzip and zstd read 0 bytes as empty text
+        raise InputError(f"{record.where} is empty (0 bytes), which no {kind} file is, even of "
+                         "no text (it has a header): a download or copy that failed? fetch it "
+                         "again")
     if kind == "gzip":
         return gzip.GzipFile(fileobj=tracked, mode="rb")  # type: ignore[return-value]
     if kind == "bz2":
@@ -404,6 +409,9 @@ _SIGNATURES = (
     (b"\xfd7zXZ\x00", "xz-compressed: name it with .xz, and it is read as such"),
     (b"BZh", "bzip2-compressed: name it with .bz2, and it is read as such"),
     (b"\x28\xb5\x2f\xfd", "zstd-compressed: name it with .zst, and it is read as such"),
+    (b"PK\x03\x04", "a zip archive: unzip it first (unzip FILE), and ingest the files in it"),
+    (b"\x04\x22\x4d\x18", "lz4-compressed, which ingest does not read: decompress it first "
+     "(lz4 -d FILE), or re-compress it with zstd or gzip"),
 )
 
 

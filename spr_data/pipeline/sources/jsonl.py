@@ -56,7 +56,7 @@ class JsonlSource(Source):
                 continue
             if isinstance(obj, dict):
                 for keys in [self.keys, *self._fallbacks]:
-                    if all(k in obj for k in keys):
+                    if all(lookup(obj, k)[0] for k in keys):
                         self.keys = keys
                         break
                 break
@@ -94,9 +94,9 @@ class JsonlSource(Source):
             return "invalid_json", empty
         got = []
         for key in self.keys:
-            if key not in obj:
+            found, v = lookup(obj, key)
+            if not found:
                 return "missing_key", empty
-            v = obj[key]
             if not isinstance(v, str):
                 return "not_a_string", empty
             got.append(v)
@@ -107,6 +107,19 @@ class JsonlSource(Source):
         if any(not v or v.isspace() for v in got):
             return "empty_field", empty
         return None, got
+
+
+def lookup(obj: dict[str, Any], key: str) -> tuple[bool, Any]:
+    """Whether ``obj`` holds ``key``, and its value: a key as it is, else a dotted path into
+    nested objects (``translation.en`` of Hugging Face's ``{"translation": {"en": …}}``)."""
+    if key in obj:
+        return True, obj[key]
+    node: Any = obj
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
 
 
 def _has_lone_surrogate(values: list[str]) -> bool:

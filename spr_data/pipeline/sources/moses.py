@@ -52,8 +52,10 @@ class MosesSource(Source):
                 longer = src_blocks if src is not None else tgt_blocks
                 block: pa.Array | None = src if src is not None else tgt
                 while block is not None:
-                    text = decode(block, np.full(len(block), -1, dtype=np.int8))
-                    if not is_empty(text).all():
+                    codes = np.full(len(block), -1, dtype=np.int8)
+                    text = decode(block, codes)
+                    # a line that is not UTF-8 decodes to "" but holds text all the same
+                    if not is_empty(text).all() or (codes >= 0).any():
                         for _ in longer:
                             pass  # count the longer file's lines for the error message
                         raise InputError(

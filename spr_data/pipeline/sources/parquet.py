@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spr_data.errors import InputError
 from spr_data.pipeline.sources.base import (
@@ -60,14 +61,17 @@ class ParquetSource(Source):
             yield from self._batches(pf, record)
 
     def _batches(self, pf: Any, record: InputFile) -> Iterator[RecordChunk]:
-        names = self._resolve(pf.schema_arrow)
+        paths = self._resolve(pf.schema_arrow)
+        names = list(dict.fromkeys(path[0] for path in paths))  # the top-level columns
         line = 1
         for batch in pf.iter_batches(batch_size=65536, columns=names):
             n = batch.num_rows
             codes = np.full(n, -1, dtype=np.int8)
             fields = []
-            for name in names:
-                col = batch.column(name)
+            for top, *inner in paths:
+                col = batch.column(top)
+                for part in inner:  # translation.en: a field of a struct column
+                    col = pc.struct_field(col, part)
                 mark(codes, bools(col.is_null()), "null_field")
                 col = col.cast(pa.string()).fill_null("")
                 fields.append(col)
@@ -85,24 +89,61 @@ class ParquetSource(Source):
             yield RecordChunk(line, codes, fields, raw)
             line += n
 
-    def _resolve(self, schema: pa.Schema) -> list[str]:
+    def _resolve(self, schema: pa.Schema) -> list[list[str]]:
+        """Each chosen column as its path: a top-level column, then the fields of structs
+        (``translation.en``: Hugging Face's translation datasets)."""
         for candidate in self._fallbacks:
-            if not all(c in schema.names for c in self.columns) \
-                    and all(c in schema.names for c in candidate):
+            if not all(_path(schema, c) for c in self.columns) \
+                    and all(_path(schema, c) for c in candidate):
                 self.columns = candidate
         self._fallbacks = []
-        names = []
+        paths = []
         for c in self.columns:
             name = schema.names[int(c)] if c.isdigit() and int(c) < len(schema.names) else c
-            if name not in schema.names:
+            path = _path(schema, name)
+            if path is None:
                 raise InputError(f"{self.files[0].where} has no column {c!r}; it has: "
-                                 f"{', '.join(schema.names)}")
-            t = schema.field(name).type
+                                 f"{', '.join(_column_names(schema))}")
+            t = _field(schema, path).type
             if not _is_text(t.value_type if pa.types.is_dictionary(t) else t):
                 raise InputError(f"{self.files[0].where}: column {name!r} is {t}, expected a "
                                  "string column; choose text columns with --columns")
-            names.append(name)
-        return names
+            paths.append(path)
+        return paths
+
+
+def _path(schema: pa.Schema, name: str) -> list[str] | None:
+    """``name`` as a column and the struct fields below it, or None if the file has none:
+    a top-level column of that name, else a dotted path (``translation.en``)."""
+    if name in schema.names:
+        return [name]
+    top, _, rest = name.partition(".")
+    if not rest or top not in schema.names:
+        return None
+    path, t = [top], schema.field(top).type
+    for part in rest.split("."):
+        if not pa.types.is_struct(t) or t.get_field_index(part) < 0:
+            return None
+        path.append(part)
+        t = t.field(part).type
+    return path
+
+
+def _field(schema: pa.Schema, path: list[str]) -> pa.Field:
+    field = schema.field(path[0])
+    for part in path[1:]:
+        field = field.type.field(part)
+    return field
+
+
+def _column_names(schema: pa.Schema) -> list[str]:
+    """Top-level columns, and a struct's fields as dotted paths (what --columns takes)."""
+    names = []
+    for field in schema:
+        names.append(field.name)
+        if pa.types.is_struct(field.type):
+            names += [f"{field.name}.{sub.name}" for sub in field.type]
+    return names
 
 
 def _is_text(t: pa.DataType) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -195,6 +195,32 @@ def _chosen_side_of_pair_name(path: Path, fmt: str,
     return [field] if field in pair else None
 
 
+def _refuse_repeats(paths: Sequence[Path], urls: dict[Path, str], columns: Sequence[str] | None,
+                    keys: Sequence[str] | None, shown: Callable[[Path], str]) -> None:
+    """Refuse one file given twice (by another name or a link: its rows would be read twice,
+    or a Moses pair would pair a file with itself) and one column or key for both sides."""
+    seen: dict[tuple[int, int], Path] = {}
+    for p in paths:
+        if p in urls:
+            continue
+        st = p.stat()
+        first = seen.setdefault((st.st_dev, st.st_ino), p)
+        if first is not p:
+            raise InputError(f"{shown(first)} and {shown(p)} are the same file; give each input "
+                             "once (a Moses pair is two files, one per language)")
+    for option, chosen in (("--columns", columns), ("--keys", keys)):
+        if chosen and len(set(chosen)) < len(chosen):
+            raise InputError(f"{option} {','.join(chosen)} names one field for both sides; "
+                             "choose the field of each side")
+
+
+def _crossed(langs: Sequence[str], named: Sequence[str]) -> bool:
+    """Whether ``langs`` fit a name's two languages better the other way round."""
+    def fit(a: Sequence[str]) -> int:
+        return _lang_closeness(langs[0], a[0]) + _lang_closeness(langs[1], a[1])
+    return fit([named[1], named[0]]) > fit(named)
+
+
 def _descending(chosen: Sequence[str]) -> bool:
     """Two column numbers, the later column first (``--columns 3,1``): the name's languages,
     given in the file's order, are then read in the other order."""
@@ -252,6 +278,8 @@ def plan_sources(
 
     def shown(p: Path) -> str:
         return urls.get(p, str(p))
+
+    _refuse_repeats(paths, urls, columns, keys, shown)
 
     kind: Kind | None = None
     if langs is not None:
@@ -341,14 +369,22 @@ def plan_sources(
             if found and len(found) == 2 and (_descending(chosen) or (
                     sorted(chosen) == sorted(found) and chosen != list(found))):
                 found = [found[1], found[0]]  # pairs.eng-cmn.tsv read as --columns 3,1
+            if found and len(found) == 2 and langs is not None and len(chosen) == 2 \
+                    and _crossed(langs, found):
+                # the name gives the pair, not which chosen column holds which language
+                # (id, German, English in pairs.en-de.tsv --columns 2,1): --langs says it
+                found = [found[1], found[0]]
             if found:
                 guessed.add(tuple(found))
                 _check_langs_fit_names(langs, [shown(ps[0])], found)
             mono_langs.append(found if final_kind == "mono" else None)
             # JSONL keys and Parquet columns: named as chosen, else the languages (given, or
-            # from the file name: pairs.en-bn.jsonl holds "en" and "bn"), else src/tgt (text)
+            # from the file name: pairs.en-bn.jsonl holds "en" and "bn"), else Hugging Face's
+            # translation.en and translation.bn, else src/tgt (text)
             lang_keys = list(langs) if langs else found
-            candidates = [k for k in (lang_keys, text_names) if k and len(k) == len(text_names)]
+            nested = [f"translation.{k}" for k in lang_keys] if lang_keys else None  # HF's
+            candidates = [k for k in (lang_keys, nested, text_names)
+                          if k and len(k) == len(text_names)]
             candidates = [k for i, k in enumerate(candidates) if k not in candidates[:i]]
         selection = Selection(columns=columns, keys=keys, candidates=candidates)
         sources.append(SOURCES[fmt].from_plan(files, final_kind, selection))
