@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from spr_data import IdsRecorder, audit_dataset, ingest, open_dataset
+from spr_data.errors import DatasetError
 from spr_data.outdir import REJECTS_DIR
 from spr_data.pipeline.clean import clean
 from tests.conftest import run_cli
@@ -130,6 +131,11 @@ def test_accounting_follows_the_lineage_through_clean(multi30k: Path, tmp_path: 
     manifest["shards"][0].update(rows=table.num_rows, bytes=shard.stat().st_size,
                                  hash=sha256_file(shard), first_id=table.column("id")[0].as_py())
     manifest["rows"] -= 1
+    (tmp_path / "clean/manifest.json").write_text(json.dumps(manifest))
+    # rows + rejects short of rows_in: the manifest itself is refused, by every command
+    with pytest.raises(DatasetError, match="1 are unaccounted for"):
+        audit_dataset(tmp_path / "clean")
+    manifest["rows_in"] -= 1  # consistent with itself: only the lineage tells
     (tmp_path / "clean/manifest.json").write_text(json.dumps(manifest))
     broken = audit_dataset(tmp_path / "clean")
     assert not broken.checks["accounting"]["ok"]

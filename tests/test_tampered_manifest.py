@@ -68,7 +68,11 @@ def _parent(m: Manifest, parent: Any) -> Manifest:
 
 # (change, words the one-line error must hold); each is refused by every command below
 TAMPERED: dict[str, tuple[Callable[[Manifest], Manifest | str], str]] = {
-    "rows too few (10 of 4,387)": (lambda m: _rows(m, 10), "holds 4,387 rows"),
+    # rows + rejects no longer rows_in: every command refuses the manifest (a shard dropped
+    # from it, its counts lowered, read as a smaller corpus by clean, tokenize, the iterator)
+    "rows too few (10 of 4,387)": (lambda m: _rows(m, 10), "4,377 are unaccounted for"),
+    "rows too few, rows_in too (10 of 4,387)": (
+        lambda m: {**_rows(m, 10), "rows_in": m["rows_in"] - 4377}, "holds 4,387 rows"),
     "rows 10**18": (lambda m: {**_rows(m, 10**18), "rows_in": 10**18, "id_bound": 10**18},
                     "more than a file of"),
     # consistent with each other, so only the file's real size tells them forged
@@ -86,7 +90,7 @@ TAMPERED: dict[str, tuple[Callable[[Manifest], Manifest | str], str]] = {
 }
 
 #: found only in the shards themselves: what verify and audit report (exit 1), as these words
-SHARD_LEVEL = {"rows too few (10 of 4,387)": "4387 rows, manifest says 10",
+SHARD_LEVEL = {"rows too few, rows_in too (10 of 4,387)": "4387 rows, manifest says 10",
                "a shard named 'rejects'": "missing",
                "rows 10**17 and bytes 2**62": "bytes, manifest says 4611686018427387904"}
 
