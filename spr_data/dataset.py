@@ -149,6 +149,9 @@ class _Shard:
         self.leaves: list[_Leaf] | None = None
         try:  # a damaged message header or buffer size shows only here
             self.batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+            for batch in self.batches:
+                batch.validate()  # buffer sizes: O(columns)
+                _check_offsets(batch.columns, path)
             self.starts = np.cumsum([0] + [b.num_rows for b in self.batches], dtype=np.int64)
             if len(self.batches) == 1 and self.batches[0].num_rows \
                     and all(_gatherable(f.type) for f in schema):
@@ -175,6 +178,35 @@ class _Shard:
         k = int(np.searchsorted(self.starts, local, side="right")) - 1
         row: dict[str, Any] = self.batches[k].slice(local - int(self.starts[k]), 1).to_pylist()[0]
         return row
+
+
+def _check_offsets(columns: Sequence[pa.Array], path: str) -> None:
+    """Every offsets buffer rises and stays inside its data: a damaged one (a flipped bit in
+    a shard that is not re-hashed on read) made pyarrow crash the process, or read other
+    rows' bytes. A few ms for a shard of 675k two-sentence rows (a full Arrow validation
+    takes 0.46 s)."""
+    for arr in columns:
+        t = arr.type
+        if pa.types.is_struct(t):
+            _check_offsets([arr.field(i) for i in range(t.num_fields)], path)
+            continue
+        large = pa.types.is_large_string(t) or pa.types.is_large_binary(t) \
+            or pa.types.is_large_list(t)
+        if not (large or pa.types.is_string(t) or pa.types.is_binary(t)
+                or pa.types.is_list(t)) or not len(arr):
+            continue
+        width = np.int64 if large else np.int32
+        offsets = np.frombuffer(arr.buffers()[1], dtype=width, count=len(arr) + 1,
+                                offset=arr.offset * np.dtype(width).itemsize)
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            end = len(arr.values)
+        else:
+            data = arr.buffers()[2]
+            end = data.size if data is not None else 0
+        if offsets[0] < 0 or offsets[-1] > end or bool((offsets[1:] < offsets[:-1]).any()):
+            raise DatasetError(f"shard {path} is damaged: the offsets of a {t} column point "
+                               "outside its data; run spr-data verify, and re-create the "
+                               "dataset (or restore the shard) if it fails")
 
 
 def _row_reader(schema: pa.Schema, leaves: list[_Leaf]) -> Callable[[int], dict[str, Any]]:
