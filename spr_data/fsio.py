@@ -101,8 +101,10 @@ def os_error_message(exc: OSError, path: Path | str, option: str = "--out") -> s
     return f"cannot write {path}: {exc.strerror or exc}"
 
 
-#: numpy's ``tofile`` and ``np.save`` on a full disk: an OSError without an errno
-_SHORT_WRITE = re.compile(r"\b\d+ requested and \d+ written\b")
+#: numpy's ``tofile`` and ``np.save`` on a full disk (and a memory map it sizes there first:
+#: "Not enough free space to write N bytes after offset M"): an OSError without an errno
+_SHORT_WRITE = re.compile(r"\b\d+ requested and \d+ written\b"
+                          r"|\bNot enough free space to write \d+ bytes")
 
 
 def failed_write_message(exc: OSError) -> str | None:

@@ -120,6 +120,11 @@ def test_other_kinds_train_and_load(trap_and_fix: dict, tmp_path: Path, kind: st
     assert 0 < len(ids) < 20
     if kind.startswith("sentencepiece"):
         assert tok.byte_fallback.sum() == 256  # byte fallback on by default
+    # a second run makes the same bytes (a SentencePiece model held its temp file's name,
+    # pid and all, in trainer_spec.model_prefix: every run differed; found by a fault trial)
+    again = train_tokenizer(trap_and_fix["files"], tmp_path / "again", kind=kind,
+                            vocab_size=VOCAB)
+    assert again.tokenizer_file.read_bytes() == result.tokenizer_file.read_bytes()
 
 
 def test_same_seed_same_tokenizer(trap_and_fix: dict, tmp_path: Path):

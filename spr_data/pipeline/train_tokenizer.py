@@ -434,12 +434,13 @@ def _train_hf(texts: Iterator[str], target: Path, kind: str, vocab_size: int,
 
 def _train_sentencepiece(texts: Iterator[str], target: Path, model_type: str,
                          vocab_size: int, tag: str | None = None) -> int:
-    """Train and write the model; its vocabulary size. Its temp files (``PREFIX.model`` and
-    ``PREFIX.vocab``, written by the trainer) are removed however training ends."""
+    """Train and write the model; its vocabulary size. The trainer writes the model to memory,
+    not to a file: a file's name (a temp name with the run's pid) went into the model's
+    ``trainer_spec.model_prefix``, so no two runs made the same bytes."""
+    import io
+
     import sentencepiece as spm
 
-    prefix = temp_path(target.with_name("tokenizer"), tag)
-    made = [Path(str(prefix) + suffix) for suffix in (".model", ".vocab")]
     stopped: list[BaseException] = []
 
     def guarded() -> Iterator[str]:
@@ -451,27 +452,22 @@ def _train_sentencepiece(texts: Iterator[str], target: Path, model_type: str,
             stopped.append(exc)
             raise
 
+    model = io.BytesIO()
     try:
-        try:
-            spm.SentencePieceTrainer.train(
-                sentence_iterator=guarded(), model_prefix=str(prefix), model_type=model_type,
-                vocab_size=vocab_size, byte_fallback=True, character_coverage=0.9995,
-                input_sentence_size=0, shuffle_input_sentence=False, minloglevel=2,
-                num_threads=2)
-        except RuntimeError as exc:  # its checks: a vocabulary too small or too large
-            if stopped:
-                raise stopped[0] from None
-            if _disk_full(target):
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(target)) from None
-            reason = (str(exc).strip().splitlines()[-1] if str(exc).strip()
-                      else type(exc).__name__)
-            raise InputError(f"SentencePiece cannot train a {model_type} model of "
-                             f"{vocab_size:,} pieces on this text: {reason}") from None
-        made[0].replace(target)
-    finally:
-        for path in made:
-            path.unlink(missing_ok=True)
-    size: int = spm.SentencePieceProcessor(model_file=str(target)).get_piece_size()
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=guarded(), model_writer=model, model_type=model_type,
+            vocab_size=vocab_size, byte_fallback=True, character_coverage=0.9995,
+            input_sentence_size=0, shuffle_input_sentence=False, minloglevel=2,
+            num_threads=2)
+    except RuntimeError as exc:  # its checks: a vocabulary too small or too large
+        if stopped:
+            raise stopped[0] from None
+        reason = (str(exc).strip().splitlines()[-1] if str(exc).strip()
+                  else type(exc).__name__)
+        raise InputError(f"SentencePiece cannot train a {model_type} model of "
+                         f"{vocab_size:,} pieces on this text: {reason}") from None
+    atomic_write_bytes(target, model.getvalue(), tag=tag)
+    size: int = spm.SentencePieceProcessor(model_proto=model.getvalue()).get_piece_size()
     return size
 
 
