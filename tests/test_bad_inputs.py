@@ -9,6 +9,7 @@ import json
 import lzma
 import os
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -322,6 +323,22 @@ def test_one_file_twice_or_one_column_for_both_sides_is_refused(tmp_path: Path):
     assert not (tmp_path / "ds").exists()
 
 
+def test_a_file_that_grows_while_it_is_read_is_refused(tmp_path: Path):
+    """Found by a fault trial: ingest of a TSV another process was still appending to took
+    the half-written last line as a pair (``angehängter Satz Num``), exit 0. A local file
+    longer at the end of its read than when the run planned it is now refused."""
+    from spr_data.pipeline.sources.base import InputFile, iter_line_blocks
+
+    path = write(tmp_path / "g.en-de.tsv", b"Two dogs.\tZwei Hunde.\n" * 100 + b"One\tEi")
+    planned = InputFile(path, size=path.stat().st_size)
+    with open(path, "ab") as f:  # the writer goes on after the run planned the file
+        f.write(b"ne Katze.\n")
+    with pytest.raises(InputError, match=r"changed while it was read: 2,206 bytes when the "
+                                         r"run started, 2,216 now"):
+        list(iter_line_blocks(planned))
+    assert sum(len(b) for b in iter_line_blocks(InputFile(path, size=2216))) == 101
+
+
 def big_text(lines: int = 20000) -> bytes:
     return b"".join(b"sentence number %d\tSatz Nummer %d\n" % (i, i) for i in range(lines))
 
@@ -559,6 +576,34 @@ def test_a_dataset_removed_while_a_run_reads_it_is_one_line(tmp_path: Path,
     assert result.exit_code == 2, said
     assert f"{shard} is gone: it was removed while the run used it" in said
     assert "unexpected" not in said and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_input_replaced_while_clean_reads_it_is_said_as_that(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch):
+    """Found by a fault trial: an ``ingest --overwrite`` into the dataset a ``clean`` was
+    reading failed the clean as a shard that does not match its hash ("run spr-data verify",
+    which then found the new dataset fine). Now the run says the input was replaced."""
+    import spr_data.pipeline.clean as clean_module
+
+    src = write(tmp_path / "c.tsv", big_text(3000))
+    other = write(tmp_path / "d.tsv", big_text(2000))
+    ingest([src], tmp_path / "ds", shard_rows=1000)
+    read_unit = clean_module.read_unit
+
+    def replaced_first(*args: Any, **kwargs: Any) -> Any:
+        if not (tmp_path / "done").exists():
+            (tmp_path / "done").touch()
+            ingest([other], tmp_path / "ds", shard_rows=700, overwrite=True)
+        return read_unit(*args, **kwargs)
+
+    monkeypatch.setattr(clean_module, "read_unit", replaced_first)
+    recipe = write(tmp_path / "r.toml", b'stages = ["normalize", "rules"]\n')
+    result = run_cli("clean", tmp_path / "ds", "--out", tmp_path / "out", "--workers", "1",
+                     "--recipe", recipe)
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == 2, said
+    assert f"{tmp_path / 'ds'} was replaced since it was opened" in said
+    assert "verify" not in said and len(result.stderr.strip().splitlines()) == 1
 
 
 def test_a_work_dir_with_a_local_out_is_refused_not_ignored(tmp_path: Path):

@@ -28,7 +28,7 @@ import os
 import shutil
 import types
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -252,12 +252,24 @@ class ShardRun:
         # others idle (in file order a shard's short last unit ran midway and a whole unit
         # last: one worker idle 0.56-0.62 s at the end of a 7 s score step)
         order = sorted(range(len(tasks)), key=lambda k: -sizes[k])
-        for j, result in self.executor.map(fn, [tasks[k] for k in order]):
-            i = order[j]
-            done += sizes[i]
-            if self.on_progress is not None:
-                self.on_progress(step, done, total)
-            yield i, result
+        with self._input_replaced_is_said():
+            for j, result in self.executor.map(fn, [tasks[k] for k in order]):
+                i = order[j]
+                done += sizes[i]
+                if self.on_progress is not None:
+                    self.on_progress(step, done, total)
+                yield i, result
+
+    @contextmanager
+    def _input_replaced_is_said(self) -> Iterator[None]:
+        """A shard that no longer matches its hash, or ids that no longer add up, because the
+        input was replaced while the run read it (an ``ingest --overwrite`` into it) is said
+        as that, not as a corrupt shard that ``verify`` then finds fine (a fault trial)."""
+        try:
+            yield
+        except SprDataError:
+            self.source.check_not_replaced()
+            raise
 
     # -- the end ----------------------------------------------------------------------------
 
@@ -266,6 +278,11 @@ class ShardRun:
         """Every unit's input ids are exactly the ids of its output shard plus its reject
         shard, none twice: read from the written files, so nothing the tasks claimed is
         trusted. Raise before anything is published otherwise."""
+        with self._input_replaced_is_said():
+            self._check_accounting(kept, rejected)
+
+    def _check_accounting(self, kept: Sequence[ShardInfo],
+                          rejected: Sequence[ShardInfo] | None) -> None:
         rows_out = sum(s.rows for s in kept) + sum(s.rows for s in rejected or ())
         if rows_out != self.rows:
             raise SprDataError(f"accounting failed: {self.rows} rows in, "

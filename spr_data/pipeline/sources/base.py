@@ -228,6 +228,7 @@ def iter_line_blocks(
                 _refuse_cr_line_ends(buf[:1 << 16], record)
             del data
             if at_eof:
+                _refuse_grown(record)
                 if buf:  # the last line; its line feed, if any, ends it
                     yield _split_lines(buf, len(buf) - buf.endswith(b"\n"), record)
                 return
@@ -237,6 +238,21 @@ def iter_line_blocks(
                 continue
             carry = buf[cut + 1:]
             yield _split_lines(buf, cut, record)
+
+
+def _refuse_grown(record: InputFile) -> None:
+    """A local file longer now than when the run planned it is still being written (or
+    downloaded): its last line, read up to the planned size, may be cut mid-sentence."""
+    if record.url is not None:
+        return
+    try:
+        now = record.path.stat().st_size
+    except OSError:
+        return  # gone since: what was read was the planned size, checked by the reader
+    if now != record.size:
+        raise InputError(f"{record.where} changed while it was read: {record.size:,} bytes when "
+                         f"the run started, {now:,} now (a file still being written or "
+                         "downloaded?); ingest it once it is complete")
 
 
 def _refuse_cr_line_ends(head: bytes, record: InputFile) -> None:
