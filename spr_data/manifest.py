@@ -240,14 +240,16 @@ def _parse(data: Any, path: str | Path) -> Manifest:
         raise DatasetError(f"{path}: expected rows ({total}) <= rows_in ({rows_in}) <= id_bound "
                            f"({id_bound}) < 2**63: every row is one of the records that came "
                            "in, each with its own id below id_bound")
-    if role == "rows" and total + sum(rejects.values()) != rows_in:
+    missing = rows_in - total - sum(rejects.values())
+    if role == "rows" and missing:
         # every record that came in is a row or a counted reject: a shard left out of the
         # manifest (its counts lowered to match) would otherwise lose its rows in silence
         raise DatasetError(
             f"{path}: the shards hold {total:,} rows and the manifest counts "
             f"{sum(rejects.values()):,} rejects, but {rows_in:,} records came in: "
-            f"{rows_in - total - sum(rejects.values()):,} are unaccounted for (a shard left "
-            "out of the manifest?); re-create the dataset, or restore its manifest")
+            + (f"{missing:,} are unaccounted for (a shard left out of the manifest?)"
+               if missing > 0 else f"{-missing:,} more rows and rejects than records")
+            + "; re-create the dataset, or restore its manifest")
     if role == "rows":
         missing = [c for c in text_columns(kind) if c not in schema.names]  # type: ignore[arg-type]
         if missing:

@@ -202,10 +202,9 @@ def _verify_one(ds: Dataset, seen: _SeenIds,
         if on_shard is not None:
             on_shard(shard.file)
         problems, table = _verify_shard(ds, shard, seen, has_ids)
-        if problems:
+        if problems or table is None:
             report.problems += problems
             report.bad_shards.append(shard.file)
-        if table is None:
             continue
         report.rows += table.num_rows
         if REASON in table.schema.names:
@@ -218,7 +217,8 @@ def _verify_one(ds: Dataset, seen: _SeenIds,
 
 def _verify_shard(ds: Dataset, shard: ShardInfo, seen: _SeenIds,
                   has_ids: bool) -> tuple[list[str], pa.Table | None]:
-    """One shard's problems, and its table where it could be read (its rows count)."""
+    """One shard's problems, and its table where it could be read (its rows count where it
+    has no problem)."""
     where = f"{ds.shard_location(shard)}:"  # a URL stays a URL (a Path would mangle it)
     if ds.remote:
         source, problem = _remote_source(ds, shard, where)

@@ -135,6 +135,11 @@ def test_accounting_follows_the_lineage_through_clean(multi30k: Path, tmp_path: 
     # rows + rejects short of rows_in: the manifest itself is refused, by every command
     with pytest.raises(DatasetError, match="1 are unaccounted for"):
         audit_dataset(tmp_path / "clean")
+    manifest["rows_in"] -= 3  # and the other way: more rows and rejects than came in
+    (tmp_path / "clean/manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DatasetError, match="2 more rows and rejects than records"):
+        audit_dataset(tmp_path / "clean")
+    manifest["rows_in"] += 3
     manifest["rows_in"] -= 1  # consistent with itself: only the lineage tells
     (tmp_path / "clean/manifest.json").write_text(json.dumps(manifest))
     broken = audit_dataset(tmp_path / "clean")

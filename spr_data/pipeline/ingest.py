@@ -178,11 +178,7 @@ def _write_dataset(plan: SourcePlan, out: Path, format: str | None, columns: Seq
 
     schema = rows_schema(plan.kind)
     writers: list[ShardWriter] = []
-    reject_counts: Counter[str] = Counter()
-    #: per input and reason: how many records, and the first one's line and raw bytes
-    by_input: Counter[tuple[int, str]] = Counter()
-    first_rejects: dict[tuple[int, str], tuple[int, bytes]] = {}
-    records: Counter[int] = Counter()
+    lost = _Rejected()
     next_id = 0
     # the shards are written under the work directory and moved into place at the end: a run
     # killed before then leaves no shard where pyarrow's or polars' discovery would read it
@@ -201,16 +197,13 @@ def _write_dataset(plan: SourcePlan, out: Path, format: str | None, columns: Seq
         for input_index, chunks, source_lineage in _parsed(plan, out, advance, workers,
                                                            executor):
             for chunk in chunks:
-                _write_chunk(chunk, input_index, next_id, schema, rows, rejects, by_input,
-                             first_rejects)
+                _write_chunk(chunk, input_index, next_id, schema, rows, rejects, lost)
                 next_id += len(chunk)
-                records[input_index] += len(chunk)
             inputs_lineage.append(source_lineage())
-        for (_, reason), n in by_input.items():
-            reject_counts[reason] += n
+        reject_counts = lost.by_reason()
         if not allow_heavy_loss:
-            _check_encoding(plan, by_input, first_rejects, records)
-            _check_heavy_loss(plan, reject_counts, first_rejects, next_id)
+            _check_encoding(plan, lost)
+            _check_heavy_loss(plan, reject_counts, lost.first, next_id)
         lineage = {
             "stage": "ingest",
             "tool": "spr-data",
@@ -529,41 +522,83 @@ def _check_heavy_loss(plan: SourcePlan, counts: Counter[str],
         + "; pass allow_heavy_loss=True to write it anyway")
 
 
-#: an input more than this share of whose lines are not UTF-8 (two lines at least) is in
-#: another encoding: dropping them keeps a biased sample (the lines without an accented
+@dataclass
+class _Rejected:
+    """What ingest rejected, per input: each reason's count and first record (line, raw
+    bytes), and per file of an input (a Moses pair's two apart) its lines that are not
+    UTF-8, with the first of them."""
+
+    counts: Counter[tuple[int, str]] = field(default_factory=Counter)
+    first: dict[tuple[int, str], tuple[int, bytes]] = field(default_factory=dict)
+    not_utf8: Counter[tuple[int, int]] = field(default_factory=Counter)
+    first_not_utf8: dict[tuple[int, int], tuple[int, bytes]] = field(default_factory=dict)
+    records: Counter[int] = field(default_factory=Counter)
+
+    def add(self, input_index: int, lines: np.ndarray, reasons: np.ndarray,
+            raw: pa.Array) -> None:
+        """The rejected records of a chunk: their 1-based ``lines``, reasons and raw bytes."""
+        self.counts.update((input_index, reason) for reason in reasons.tolist())
+        for reason in set(reasons.tolist()):  # each reason's first record in this input
+            if (input_index, reason) not in self.first:
+                at = int(np.argmax(reasons == reason))
+                self.first[input_index, reason] = (int(lines[at]), bytes(raw[at].as_py()))
+        for at in np.flatnonzero(reasons == "invalid_utf8").tolist():
+            # a Moses record is the source line, a line feed, the target line (no other
+            # record holds a line feed): each side is judged apart
+            for side, part in enumerate(bytes(raw[at].as_py()).split(b"\n", 1)):
+                try:
+                    part.decode("utf-8")
+                except UnicodeDecodeError:
+                    self.not_utf8[input_index, side] += 1
+                    self.first_not_utf8.setdefault((input_index, side), (int(lines[at]), part))
+
+    def by_reason(self) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for (_, reason), n in self.counts.items():
+            out[reason] += n
+        return out
+
+
+#: an input file more than this share of whose lines are not UTF-8 (two lines at least) is
+#: in another encoding: dropping them keeps a biased sample (the lines without an accented
 #: letter), so ingest refuses it. No file of shared/corpora holds one such line.
 ENCODING_SHARE = 0.01
+#: how to read a compressed file as text and write it again, for the advice to convert it
+_RECOMPRESS = {"gzip": ("zcat", "gzip"), "xz": ("xzcat", "xz"), "bz2": ("bzcat", "bzip2"),
+               "zstd": ("zstdcat", "zstd")}
 
 
-def _check_encoding(plan: SourcePlan, by_input: Counter[tuple[int, str]],
-                    first: dict[tuple[int, str], tuple[int, bytes]],
-                    records: Counter[int]) -> None:
-    """Refuse an input whose lines are not UTF-8 beyond a stray one, naming the file, the
-    share, the first such line and what it reads as in the common 8-bit encoding."""
-    for index, source in enumerate(plan.sources):
-        n = by_input[index, "invalid_utf8"]
-        if n < 2 or n <= ENCODING_SHARE * records[index]:
+def _check_encoding(plan: SourcePlan, rejected: _Rejected) -> None:
+    """Refuse an input file whose lines are not UTF-8 beyond a stray one, naming the file,
+    the share, the first such line as it reads in cp1252, and how to convert the file."""
+    for (index, side), n in sorted(rejected.not_utf8.items()):
+        records = rejected.records[index]
+        if n < 2 or n <= ENCODING_SHARE * records:
             continue
-        line, raw = first[index, "invalid_utf8"]
-        file, _ = _reject_in(source, "invalid_utf8", raw)
-        parts = raw.split(b"\n", 1)  # a Moses record: the source line, then the target's
-        side = parts[-1] if file is not source.files[0] else parts[0]
+        file = plan.sources[index].files[side]
+        line, text = rejected.first_not_utf8[index, side]
         what = encoded_as(file)
+        name = file.path.name
+        if file.compression in _RECOMPRESS:
+            cat, pack = _RECOMPRESS[file.compression]
+            convert = f"{cat} {name} | iconv -f cp1252 -t utf-8 | {pack} > utf8-{name}"
+        else:
+            convert = f"iconv -f cp1252 -t utf-8 {name} > utf8-{name}"
         raise DataLossError(
-            f"{file.where}: {n:,} of its {records[index]:,} lines are not UTF-8 "
-            f"({n / records[index]:.1%}), so no dataset was written; the first, line {line}, "
-            f"reads as cp1252 {side[:80].decode('cp1252', 'replace')!r}: "
-            + (f"{file.path.name} is {what}" if what else
-               f"the file is in another encoding (such as cp1252 or Latin-1), and dropping "
-               f"those lines would keep only the lines without an accented letter; convert "
-               f"it first (iconv -f cp1252 -t utf-8 {file.path.name})")
+            f"{file.where}: {n:,} of its {records:,} lines are not UTF-8 "
+            f"({n / records:.1%}), so no dataset was written; the first, line {line}, "
+            f"reads as cp1252 {text[:80].decode('cp1252', 'replace')!r}: "
+            + (f"{name} is {what}" if what else
+               "the file is in another encoding (such as cp1252 or Latin-1), and dropping "
+               "those lines would keep only the lines without an accented letter; convert "
+               f"it first ({convert})")
             + "; pass allow_heavy_loss=True to write it without them")
 
 
 def _write_chunk(chunk: RecordChunk, input_index: int, first_id: int, schema: pa.Schema,
-                 rows: ShardWriter, rejects: ShardWriter, by_input: Counter[tuple[int, str]],
-                 first_rejects: dict[tuple[int, str], tuple[int, bytes]]) -> None:
+                 rows: ShardWriter, rejects: ShardWriter, rejected: _Rejected) -> None:
     n = len(chunk)
+    rejected.records[input_index] += n
     ids = pa.array(np.arange(first_id, first_id + n, dtype=np.uint64))
     origin = pa.StructArray.from_arrays(
         [pa.array(np.full(n, input_index, dtype=np.uint32)),
@@ -577,13 +612,8 @@ def _write_chunk(chunk: RecordChunk, input_index: int, first_id: int, schema: pa
         return
     rows.write(batch.filter(pa.array(~bad)))
     reasons = _REASONS[chunk.codes[bad]]
-    by_input.update((input_index, reason) for reason in reasons.tolist())
     raw = chunk.raw(bad)
-    for reason in set(reasons.tolist()):  # each reason's first record in this input
-        if (input_index, reason) not in first_rejects:
-            at = int(np.argmax(reasons == reason))
-            line = chunk.first_line + int(np.flatnonzero(bad)[at])
-            first_rejects[input_index, reason] = (line, bytes(raw[at].as_py()))
+    rejected.add(input_index, chunk.first_line + np.flatnonzero(bad), reasons, raw)
     rejects.write(pa.RecordBatch.from_arrays(
         [ids.filter(pa.array(bad)), origin.filter(pa.array(bad)),
          pa.array(reasons, pa.string()), raw],

@@ -188,6 +188,7 @@ def read_block(stream: BinaryIO, record: InputFile) -> bytes:
     try:
         return stream.read(BLOCK_BYTES)
     except EOFError as exc:
+        _refuse_grown(record)  # a compressed file still being written ends mid-stream
         raise _damaged(record, "truncated", exc) from exc
     except (gzip.BadGzipFile, zlib.error, lzma.LZMAError) as exc:
         raise _damaged(record, "corrupt", exc) from exc

@@ -108,6 +108,10 @@ class ParquetSource(Source):
             if not _is_text(t.value_type if pa.types.is_dictionary(t) else t):
                 raise InputError(f"{self.files[0].where}: column {name!r} is {t}, expected a "
                                  "string column; choose text columns with --columns")
+            if path in paths:
+                raise InputError(f"--columns {','.join(self.columns)} names column "
+                                 f"{'.'.join(path)!r} for both sides; choose the column of "
+                                 "each side")
             paths.append(path)
         return paths
 

@@ -12,6 +12,7 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from spr_data.errors import InputError
 from spr_data.langcodes import check_lang, problem, suggest
@@ -195,23 +196,28 @@ def _chosen_side_of_pair_name(path: Path, fmt: str,
     return [field] if field in pair else None
 
 
-def _refuse_repeats(paths: Sequence[Path], urls: dict[Path, str], columns: Sequence[str] | None,
-                    keys: Sequence[str] | None, shown: Callable[[Path], str]) -> None:
-    """Refuse one file given twice (by another name or a link: its rows would be read twice,
-    or a Moses pair would pair a file with itself) and one column or key for both sides."""
-    seen: dict[tuple[int, int], Path] = {}
+def _refuse_repeats(paths: Sequence[Path], urls: dict[Path, str], keys: Sequence[str] | None,
+                    shown: Callable[[Path], str]) -> None:
+    """Refuse one file given twice (by another name, a link or a ``file://`` URL: its rows
+    would be read twice, or a Moses pair would pair a file with itself) and one JSONL key for
+    both sides (one column for both: the sources, once they resolve the columns)."""
+    seen: dict[tuple[Any, ...], Path] = {}
     for p in paths:
-        if p in urls:
-            continue
-        st = p.stat()
-        first = seen.setdefault((st.st_dev, st.st_ino), p)
+        url = urls.get(p)
+        local = (Path(urllib.parse.unquote(urllib.parse.urlsplit(url).path))
+                 if url is not None and url.startswith("file:") else None if url else p)
+        if local is not None:
+            st = local.stat()
+            key: tuple[Any, ...] = (st.st_dev, st.st_ino)
+        else:
+            key = (str(url).split("?")[0].rstrip("/"),)
+        first = seen.setdefault(key, p)
         if first is not p:
             raise InputError(f"{shown(first)} and {shown(p)} are the same file; give each input "
                              "once (a Moses pair is two files, one per language)")
-    for option, chosen in (("--columns", columns), ("--keys", keys)):
-        if chosen and len(set(chosen)) < len(chosen):
-            raise InputError(f"{option} {','.join(chosen)} names one field for both sides; "
-                             "choose the field of each side")
+    if keys and len(set(keys)) < len(keys):
+        raise InputError(f"--keys {','.join(keys)} names one key for both sides; choose the key "
+                         "of each side")
 
 
 def _crossed(langs: Sequence[str], named: Sequence[str]) -> bool:
@@ -219,6 +225,12 @@ def _crossed(langs: Sequence[str], named: Sequence[str]) -> bool:
     def fit(a: Sequence[str]) -> int:
         return _lang_closeness(langs[0], a[0]) + _lang_closeness(langs[1], a[1])
     return fit([named[1], named[0]]) > fit(named)
+
+
+def _past_the_pair(chosen: Sequence[str]) -> bool:
+    """Two column numbers, one past the first two columns (``--columns 2,1``)."""
+    return (len(chosen) == 2 and all(c.strip().isdigit() for c in chosen)
+            and max(int(c) for c in chosen) >= 2)
 
 
 def _descending(chosen: Sequence[str]) -> bool:
@@ -279,7 +291,7 @@ def plan_sources(
     def shown(p: Path) -> str:
         return urls.get(p, str(p))
 
-    _refuse_repeats(paths, urls, columns, keys, shown)
+    _refuse_repeats(paths, urls, keys, shown)
 
     kind: Kind | None = None
     if langs is not None:
@@ -369,10 +381,12 @@ def plan_sources(
             if found and len(found) == 2 and (_descending(chosen) or (
                     sorted(chosen) == sorted(found) and chosen != list(found))):
                 found = [found[1], found[0]]  # pairs.eng-cmn.tsv read as --columns 3,1
-            if found and len(found) == 2 and langs is not None and len(chosen) == 2 \
+            if found and len(found) == 2 and langs is not None and _past_the_pair(chosen) \
                     and _crossed(langs, found):
-                # the name gives the pair, not which chosen column holds which language
-                # (id, German, English in pairs.en-de.tsv --columns 2,1): --langs says it
+                # of a file wider than its pair, the name gives the languages, not which
+                # chosen column holds which (id, German, English in pairs.en-de.tsv
+                # --columns 2,1): --langs says it. Of two columns, or of keys named by
+                # their languages, a --langs the other way round is still a contradiction
                 found = [found[1], found[0]]
             if found:
                 guessed.add(tuple(found))
