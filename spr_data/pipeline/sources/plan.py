@@ -227,17 +227,24 @@ def _crossed(langs: Sequence[str], named: Sequence[str]) -> bool:
     return fit([named[1], named[0]]) > fit(named)
 
 
+def _numbers(chosen: Sequence[str]) -> list[int] | None:
+    """Two chosen columns as numbers (``--columns 3,1``), else None (names, keys, one)."""
+    if len(chosen) != 2 or not all(c.strip().isdigit() for c in chosen):
+        return None
+    return [int(c) for c in chosen]
+
+
 def _past_the_pair(chosen: Sequence[str]) -> bool:
     """Two column numbers, one past the first two columns (``--columns 2,1``)."""
-    return (len(chosen) == 2 and all(c.strip().isdigit() for c in chosen)
-            and max(int(c) for c in chosen) >= 2)
+    numbers = _numbers(chosen)
+    return numbers is not None and max(numbers) >= 2
 
 
 def _descending(chosen: Sequence[str]) -> bool:
     """Two column numbers, the later column first (``--columns 3,1``): the name's languages,
     given in the file's order, are then read in the other order."""
-    return (len(chosen) == 2 and all(c.isdigit() for c in chosen)
-            and int(chosen[0]) > int(chosen[1]))
+    numbers = _numbers(chosen)
+    return numbers is not None and numbers[0] > numbers[1]
 
 
 def parse_langs(text: str) -> list[str]:
