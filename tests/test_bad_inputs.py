@@ -387,6 +387,20 @@ def test_a_tsv_with_csv_quoting_across_lines_makes_no_half_pairs(corpora: Path, 
                       strict=True)) == sorted(p for i, p in enumerate(pairs) if i not in broken)
 
 
+def test_quotes_are_counted_per_line_as_arrow_counts_them(corpora: Path):
+    import pyarrow.compute as pc
+
+    from spr_data.pipeline.sources.tsv import _quote_counts
+
+    lines = gzip.decompress((corpora / "parallel/tatoeba_manythings_eng-cmn.tsv.gz")
+                            .read_bytes()).decode("utf-8").splitlines()
+    arr = pa.array([*lines, '"', "", None, 'a""b"'])
+    for part in (arr, arr.slice(1000, 5000), arr.slice(len(arr) - 4)):
+        assert _quote_counts(part).tolist() == pc.count_substring(part, '"').fill_null(0) \
+            .to_pylist()
+    assert _quote_counts(arr).sum() > 100  # Tatoeba's English quotes people
+
+
 def big_text(lines: int = 20000) -> bytes:
     return b"".join(b"sentence number %d\tSatz Nummer %d\n" % (i, i) for i in range(lines))
 

@@ -144,7 +144,11 @@ def _quoted_across_lines(text: pa.Array, nfields: np.ndarray, expected: int) -> 
     sentence and the next field (a new-user trial: 4 of 5 such broken pairs survived
     clean); now every piece is a ``tsv_field_count`` reject."""
     out = np.zeros(len(text), dtype=bool)
-    odd = ints(pc.count_substring(text, '"')) % 2 == 1
+    # one piece at least has too few fields; of one column (a mono file), lines are pieces
+    # of nothing: a book's quote may open on one line and close on the next
+    if expected < 2 or not (nfields < expected).any():
+        return out
+    odd = _quote_counts(text) % 2 == 1
     if not odd.any():
         return out
     opens = odd & bools(pc.match_substring_regex(text, '(^|\t)"[^\t]*$').fill_null(False))
@@ -158,6 +162,21 @@ def _quoted_across_lines(text: pa.Array, nfields: np.ndarray, expected: int) -> 
         if int(nfields[i:j + 1].sum()) - (j - i) == expected:
             out[i:j + 1] = True
     return out
+
+
+def _quote_counts(text: pa.Array) -> np.ndarray:
+    """Per line, its ``"`` characters: found in the data buffer at memory speed and given to
+    their lines by search (0.02 s for 42 MB of Tatoeba lines; ``count_substring`` 0.06 s)."""
+    n = len(text)
+    _, offsets_buf, data_buf = text.buffers()
+    width = np.int64 if pa.types.is_large_string(text.type) else np.int32
+    offsets = np.frombuffer(offsets_buf, dtype=width, count=n + 1,
+                            offset=text.offset * np.dtype(width).itemsize)
+    if data_buf is None or not n:
+        return np.zeros(n, dtype=np.int64)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    at = np.flatnonzero(np.frombuffer(data_buf, dtype=np.uint8, count=hi - lo, offset=lo) == 0x22)
+    return np.bincount(np.searchsorted(offsets, at + lo, side="right") - 1, minlength=n)
 
 
 def _int_columns(columns: Sequence[str]) -> list[int]:
