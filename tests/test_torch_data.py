@@ -500,14 +500,18 @@ def test_a_state_outside_its_epoch_is_refused(dataset: Path):
     assert len(wrapped) * 4 > len(alone)
     alone.load_state_dict(wrapped.state_dict(batches_done=len(wrapped)))
     assert list(alone) == []
-    # an epoch's end is an epoch boundary on any world size, a step boundary or not
-    for saved, loaded in ((4, 5), (5, 4), (3, 2)):
-        ending = SprIterableDataset(dataset, batch_size=64, drop_remainder=False,
-                                    world_size=saved, rank=0)
-        there = SprIterableDataset(dataset, batch_size=64, drop_remainder=False,
-                                   world_size=loaded, rank=0)
-        there.load_state_dict(ending.state_dict(batches_done=len(ending)))
-        assert list(there) == []
+    # an epoch's end is an epoch boundary on any world size, a step boundary or not, with
+    # a remainder wrapped or dropped (dropped, the default: 4 ranks end after fewer batches
+    # than 1 rank has, and the end of the epoch on 4 read on as batches left on 1; found by
+    # rereading this code)
+    for drop in (False, True):
+        for saved, loaded in ((4, 5), (5, 4), (3, 2), (4, 1)):
+            ending = SprIterableDataset(dataset, batch_size=64, drop_remainder=drop,
+                                        world_size=saved, rank=0)
+            there = SprIterableDataset(dataset, batch_size=64, drop_remainder=drop,
+                                       world_size=loaded, rank=0)
+            there.load_state_dict(ending.state_dict(batches_done=len(ending)))
+            assert list(there) == [], (drop, saved, loaded)
     # a worker's state past its epoch by more than any loader's workers is refused too
     forged = {**ds.state_dict(batches_done=5), "batches_done": 10**9, "worker_next": 10**9}
     with pytest.raises(InputError, match="not the global step"):

@@ -379,16 +379,16 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
                 f"batches a rank on {saved_world} rank(s): batches_done counts this epoch's "
                 "batches of one rank (batch['batch'] + 1 of the last batch trained on), not "
                 "the global step")
-        if consumed % self.world_size:
-            if done < then:
-                raise InputError(
-                    f"the state is {consumed} batches into the epoch, which is not a step "
-                    f"boundary for world size {self.world_size}; resume on {saved_world} "
-                    "ranks or at an epoch boundary")
-            consumed = per_rank * self.world_size  # the epoch's end there: its end here
-        # an epoch finished on another world size is finished here too, though a world size
-        # that wraps its last steps around reads more batches than this one has
-        consumed = min(consumed, per_rank * self.world_size)
+        if done >= then:
+            # the epoch's end where it was saved is its end here, whatever the world size
+            # (one that wraps its last steps reads more batches than this one has, one that
+            # drops a remainder fewer)
+            consumed = per_rank * self.world_size
+        elif consumed % self.world_size:
+            raise InputError(
+                f"the state is {consumed} batches into the epoch, which is not a step "
+                f"boundary for world size {self.world_size}; resume on {saved_world} "
+                "ranks or at an epoch boundary")
         self.epoch = self._resume_epoch = epoch
         self._start_batch = self._next_batch = consumed // self.world_size
         self._worker_next = worker_next
