@@ -405,6 +405,7 @@ def clean(
         data = report.to_json()
         data.pop("distributions", None)  # the full histograms are in report.json
         console.print_json(data)
+        render.warn_clean(report)
     else:
         render.show_clean(report, out)
 

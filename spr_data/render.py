@@ -54,6 +54,7 @@ __all__ = [
     "show_verify",
     "summarize",
     "table",
+    "warn_clean",
 ]
 
 #: Narrowest share of the line a text column gets in a table before rows go vertical.
@@ -363,17 +364,23 @@ def show_clean(report: CleanReport, out: str | Path) -> None:
                          stage["by_reason"].items(), key=lambda kv: -kv[1]))])
     console.out.print(console.table("waterfall", ["stage", "in", "removed", "out", "reasons"],
                                     rows))
-    for warning in report.warnings:
-        console.warn(warning)
-    if report.quarantine_not_found:
-        console.err.print(f"[yellow]warning:[/] {report.quarantine_not_found:,} quarantine id(s) "
-                          "are not rows of this dataset (ids of another dataset?)")
     if report.align:
         console.out.print(f"alignment threshold {report.align['threshold']:.3f} "
                           f"(trained on {report.align['trained_on']:,} pairs); "
                           f"details in {join_location(str(out), 'report.json')}")
-        for warning in report.align.get("warnings") or []:
-            console.warn(f"align: {warning}")
+    warn_clean(report)
+
+
+def warn_clean(report: CleanReport) -> None:
+    """The run's warnings on stderr, the alignment's too: also with ``--json``, whose stdout
+    holds them only inside the report (``warnings``, ``align.warnings``)."""
+    for warning in report.warnings:
+        console.warn(warning)
+    if report.quarantine_not_found:
+        console.warn(f"{report.quarantine_not_found:,} quarantine id(s) are not rows of this "
+                     "dataset (ids of another dataset?)")
+    for warning in (report.align or {}).get("warnings") or []:
+        console.warn(f"align: {warning}")
 
 
 def show_tokenize(report: TokenizeReport, out: str | Path) -> None:

@@ -58,6 +58,9 @@ def test_every_row_is_kept_or_rejected_exactly_once(multi30k: Path, tmp_path: Pa
     assert verify_dataset(tmp_path / "out").ok
     data = json.loads((tmp_path / "out/report.json").read_text())
     assert data["rows_in"] == data["rows_kept"] + data["rows_rejected"]
+    # the report a person opens holds the run's time, as the one returned does
+    assert 0 < data["seconds"] == round(report.seconds, 3)
+    assert set(data["timings"]) == {"score", "decide", "dedup"} and data["resumed_shards"] == 0
     assert sum(data["by_reason"].values()) == data["rows_rejected"]
     assert data["stages"][-1]["rows_out"] == data["rows_kept"]
     rejects = open_dataset(tmp_path / "out" / REJECTS_DIR)
@@ -104,8 +107,10 @@ def test_a_killed_run_resumes_to_the_same_bytes(multi30k: Path, tmp_path: Path,
     clean(multi30k, tmp_path / "whole", recipe=recipe, workers=1)
     killed_after_three_units(multi30k, tmp_path / "killed", recipe, monkeypatch)
     assert not (tmp_path / "killed/manifest.json").exists()
+    scored = len(list((tmp_path / "killed/.work").glob("scored-*.arrow")))
     report = clean(multi30k, tmp_path / "killed", recipe=recipe, workers=1)
-    assert report.resumed_shards == 3
+    # every unit was scored and three decided before the kill: the report says what was reused
+    assert scored > 3 and report.resumed_shards == scored
     whole = json.loads((tmp_path / "whole/manifest.json").read_text())["shards"]
     resumed = json.loads((tmp_path / "killed/manifest.json").read_text())["shards"]
     assert whole == resumed
@@ -258,6 +263,12 @@ def test_a_dataset_of_unknown_languages_is_cleaned_with_a_warning(corpora: Path,
     assert said in " ".join(result.stderr.split())
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert len(report["warnings"]) == 1 and report["warnings"][0].startswith(said)
+    # with --json too: stdout is the report alone, the warning on stderr for the person
+    scripted = run_cli("clean", tmp_path / "und", "--out", tmp_path / "out3", "--recipe",
+                       recipe, "--workers", "1", "--json")
+    assert scripted.exit_code == 0, scripted.stderr
+    assert json.loads(scripted.stdout)["warnings"] == report["warnings"]
+    assert said in " ".join(scripted.stderr.split())
     known = clean(tmp_path / "en-de", tmp_path / "out2", recipe=recipe, workers=1)
     assert known.warnings == []
 

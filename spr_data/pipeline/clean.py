@@ -99,6 +99,7 @@ class CleanReport:
     recipe_hash: str
     seconds: float
     workers: int
+    #: units whose score or decide step an earlier (killed) run finished, reused here
     resumed_shards: int = 0
     #: quarantine ids that are not rows of this dataset (another dataset's ids, a typo)
     quarantine_not_found: int = 0
@@ -215,23 +216,24 @@ def _with_columns(batch: Any, columns: dict[str, pa.Array]) -> Any:
     return batch
 
 
-def _score_task(task: _UnitTask) -> int:
+def _score_task(task: _UnitTask) -> bool:
     """Step 1 for one unit: the scored rows, slice by slice (a worker never holds the unit's
     rows at once), then the corpus stages' partials read back from them; the scored file is
-    renamed into place last: the unit's score step is done when it holds exactly its rows."""
+    renamed into place last: the unit's score step is done when it holds exactly its rows.
+    True where an earlier run's (a killed one's) score of the unit is reused."""
     target = _scored_path(task.work, task.index)
     partials = {s.name: _partial_path(task.work, s.name, task.index)
                 for s in task.stages if isinstance(s, CorpusStage)}
     if target.exists():
         if _holds_unit(target, task.unit) and all(p.exists() for p in partials.values()):
-            return 0
+            return True
         target.unlink()  # cut short, corrupt or of another unit: scored again
     for stage in task.stages:
         if not isinstance(stage, CorpusStage):
             stage.setup()
     tmp = temp_path(target)
     try:
-        rows = _write_batches(tmp, (_score_slice(b, task.stages) for b in _unit_slices(task.unit)))
+        _write_batches(tmp, (_score_slice(b, task.stages) for b in _unit_slices(task.unit)))
         for stage in task.stages:
             if isinstance(stage, CorpusStage):
                 partial = stage.partial(_ScoredRows(tmp))
@@ -247,7 +249,7 @@ def _score_task(task: _UnitTask) -> int:
     # what the slices grew goes back: this worker may wait idle through the combine step
     # (an idle score worker held about 0.4 GB at 5M pairs)
     release_heap()
-    return rows
+    return False
 
 
 def _unit_slices(unit: Unit) -> Iterator[pa.RecordBatch]:
@@ -615,11 +617,9 @@ def clean(
     with ShardRun("clean", source, out, identity=identity, overwrite=overwrite,
                   executor=executor, workers=workers, on_progress=on_progress,
                   work_dir=work_dir) as run:
-        report = _run(run, resolved, stages, allow_heavy_loss,
-                      [{"path": str(path.resolve()), "sha256": digest}
-                       for path, digest in zip(quarantines, hashes, strict=True)])
-    report.seconds = time.perf_counter() - started
-    return report
+        return _run(run, resolved, stages, allow_heavy_loss,
+                    [{"path": str(path.resolve()), "sha256": digest}
+                     for path, digest in zip(quarantines, hashes, strict=True)], started)
 
 
 def _quarantine_files(quarantine: str | Path | Sequence[str | Path] | None) -> list[Path]:
@@ -677,15 +677,17 @@ def _tokenized_from_clean(source: Any) -> Any | None:
 
 
 def _run(run: ShardRun, recipe: Recipe, stages: list[Stage], allow_heavy_loss: bool,
-         quarantine_files: list[dict[str, str]]) -> CleanReport:
+         quarantine_files: list[dict[str, str]], started: float) -> CleanReport:
+    """The steps: score, each whole-corpus stage, decide; then :func:`_finish` publishes.
+    ``started``: the run's start (``perf_counter``), for the report's seconds."""
     run.claim(REJECTS_DIR + "/", "report.json", "report.html", "align_model.npz",
               *run.output_names(rejects=True))
     tasks = [_UnitTask(unit, str(run.work), str(run.staging), tuple(stages))
              for unit in run.units]
     timings: dict[str, float] = {}
     clock = time.perf_counter()
-    for _ in run.map("score", _score_task, tasks):
-        pass
+    # units an earlier (killed) run scored or decided already: the report's resumed_shards
+    resumed = {index for index, reused in run.map("score", _score_task, tasks) if reused}
     timings["score"] = time.perf_counter() - clock
     states: dict[str, dict[str, Any]] = {}
     for position, stage in enumerate(stages):
@@ -712,14 +714,15 @@ def _run(run: ShardRun, recipe: Recipe, stages: list[Stage], allow_heavy_loss: b
     decide = [replace(t, states=encoded) for t in tasks]
     results = dict(run.map("decide", _decide_task, decide))
     timings["decide"] = time.perf_counter() - clock
-    report = _finish(run, recipe, stages, results, states, allow_heavy_loss, quarantine_files)
-    report.timings = timings
-    return report
+    resumed |= {index for index, result in results.items() if result.get("resumed")}
+    return _finish(run, recipe, stages, results, states, allow_heavy_loss, quarantine_files,
+                   timings, started, len(resumed))
 
 
 def _finish(run: ShardRun, recipe: Recipe, stages: list[Stage],
             results: dict[int, dict[str, Any]], states: dict[str, dict[str, Any]],
-            allow_heavy_loss: bool, quarantine_files: list[dict[str, str]]) -> CleanReport:
+            allow_heavy_loss: bool, quarantine_files: list[dict[str, str]],
+            timings: dict[str, float], started: float, resumed: int) -> CleanReport:
     ordered = [results[k] for k in sorted(results)]
     kept = [ShardInfo(**r["kept"]) for r in ordered]
     rejected = [ShardInfo(**r["rejects"]) for r in ordered]
@@ -753,9 +756,9 @@ def _finish(run: ShardRun, recipe: Recipe, stages: list[Stage],
         all_reasons=dict(sorted(all_reasons.items())),
         stages=_waterfall(rows_in, counts, stages),
         distributions={name: _summarize(hist, name) for name, hist in histograms.items()},
-        align=align_info, recipe=recipe.to_json(), recipe_hash=recipe.digest, seconds=0.0,
-        workers=run.executor.workers,
-        resumed_shards=sum(1 for r in ordered if r.get("resumed")),
+        align=align_info, recipe=recipe.to_json(), recipe_hash=recipe.digest,
+        seconds=time.perf_counter() - started, workers=run.executor.workers, timings=timings,
+        resumed_shards=resumed,
         quarantine_not_found=(states["quarantine"]["count"] - int(quarantined.sum())
                               if "quarantine" in states and quarantined is not None else 0),
         examples=dict(sorted(examples.items())),
