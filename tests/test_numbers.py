@@ -99,6 +99,9 @@ SAME = [
     ("a personal fortune of $1b", "拥有10亿美金"),
     ("may cost 850 bln yuan", "将耗资8500亿元人民币"),
     ("raised $250 mill", "筹集2.5亿美元"),
+    # a multiplier after a hyphen (Microtopia; stop 56's trial)
+    ("Obama unveils 447-billion-dollar new job plan", "奥巴马推出4470亿美元就业方案"),
+    ("a 10-million-dollar deal", "eine Zehn-Millionen-Dollar-Abmachung über 10 Millionen"),
 ]
 DIFFERENT = [
     ("(123)", "(789)"),
@@ -116,6 +119,7 @@ DIFFERENT = [
     ("£120 million a year", "प्रति वर्ष £1.2 करोड"),  # NTREX Nepali's slip: 12 million
     ("It is 3 miles away", "Es ist 4 km entfernt"),  # 4.8 km: to 5, not cut to 4
     ("36 million", "3천5백만"),
+    ("a 10-million-dollar deal", "一笔100万美元的交易"),
     # a decimal's pieces are not values of its side (stop 54's junk trial: these matched
     # through the 2 and 6 of "5,6 … 2,9", the 16 of "16.1", the 5 of "8.5")
     ("averaged 5.6 points and 2.6 rebounds", "5,6 points et 2,9 rebonds"),

@@ -261,10 +261,10 @@ def _scale_pattern() -> re.Pattern[str]:
     unspaced = "|".join(re.escape(w) for w in sorted(_UNSPACED_SCALES, key=len, reverse=True))
     alternatives = "|".join(re.escape(w) for w in words)
     attached = "|".join(re.escape(w) for w in sorted(_ATTACHED))
-    # a word must end there ("3 million", not "3 mills"); a Han or Hangul multiplier needs
-    # no word end ("28억원"), nor does a Thai, Lao, Khmer or Burmese one, and they may stand
-    # a space away ("28 億元", "38 万")
-    return re.compile(rf"^(?:\s?({alternatives})(?![^\W\d_])|\s?([{han}]|{unspaced})"
+    # a word must end there ("3 million", not "3 mills"), and may stand after a hyphen ("a
+    # 447-billion-dollar plan"); a Han or Hangul multiplier needs no word end ("28억원"), nor
+    # does a Thai, Lao, Khmer or Burmese one, and they may stand a space away ("28 億元", "38 万")
+    return re.compile(rf"^(?:[\s-]?({alternatives})(?![^\W\d_])|\s?([{han}]|{unspaced})"
                       rf"|({attached})(?![^\W\d_]))", re.IGNORECASE)
 
 
