@@ -14,13 +14,16 @@ FURNITURE = [
     "Sign in or register to post comments",
     "Next page",
     "Read more »",
+    "« Log in »",
     "Subscribe to our newsletter",
     "Posted by admin on 3 May 2015",
+    "Posted on 12/03/2014",
     "Home | About us | Products | Contact",
-    # a menu in any language or script
-    "Startseite | Über uns | Produkte | Kontakt",
-    "ホーム · 会社概要 · 製品 · お問い合わせ",
+    # a menu in any language or script, its separators between any spaces
+    "Startseite\u00a0|\u00a0Über uns\u00a0|\u00a0Produkte\u00a0|\u00a0Kontakt",
+    "ホーム ｜ 会社概要 ｜ 製品 ｜ お問い合わせ",
     "Главная • О нас • Продукты • Контакты",
+    "Accueil · À propos · Produits · Contact",
 ]
 SENTENCES = [
     "I want to read more books this year.",
@@ -29,8 +32,22 @@ SENTENCES = [
     "Please share the cake with your sister.",
     "The next page of the report shows the results.",
     "Cookies were served with the coffee.",
+    "At Christmas we use cookies to decorate the tree.",
+    "The use of cookies by websites is regulated by the EU.",
     "Home is where the heart is.",
-    "The vote was 3 | 4 | 5 in the three rounds, he wrote.",
+    "Log in to your account to continue.",
+    "Posted on the wall was a notice.",
+    "Posted in Iraq, he served two tours of duty.",
+    "Posted by a fan, the video went viral.",
+    # a link's words inside a sentence of another script (RE2's \W is ASCII-only)
+    "Нажмите кнопку Subscribe, чтобы подписаться.",
+    "请点击 Read more 查看全文。",
+    "「Log in」ボタンを押してください。",
+    # lists that are no menu: quoted titles, a name, a letter of Catalan
+    "Il cite « Le Monde » , « Libération » , « Le Figaro » et « Les Échos » ce matin.",
+    "Die Titel » Faust « , » Werther « , » Egmont « und » Tasso « stammen von Goethe.",
+    "The vote was 3 | 4 | 5 | 6 in the four rounds of the ballot, he wrote.",
+    "奥巴马·侯赛因", "La col·lecció és molt gran.",
 ]
 
 

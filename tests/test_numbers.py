@@ -101,7 +101,7 @@ SAME = [
     ("raised $250 mill", "筹集2.5亿美元"),
     # a multiplier after a hyphen (Microtopia; stop 56's trial)
     ("Obama unveils 447-billion-dollar new job plan", "奥巴马推出4470亿美元就业方案"),
-    ("a 10-million-dollar deal", "eine Zehn-Millionen-Dollar-Abmachung über 10 Millionen"),
+    ("a 10-million-dollar deal", "一笔1000万美元的交易"),
 ]
 DIFFERENT = [
     ("(123)", "(789)"),

@@ -97,6 +97,8 @@ class CleanReport:
     align: dict[str, Any] | None
     recipe: dict[str, Any]
     recipe_hash: str
+    #: wall seconds from the start to this report (publishing the output after it is not
+    #: counted: the renames, an upload to ``s3://``)
     seconds: float
     workers: int
     #: units whose score or decide step an earlier (killed) run finished, reused here
