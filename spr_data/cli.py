@@ -564,9 +564,10 @@ def train_tokenizer(
 @_reports_errors
 def audit(
     dataset: Annotated[str, typer.Argument(help="Dataset directory or URL.")],
-    ids_log: Annotated[Path | None, typer.Option(
+    ids_log: Annotated[list[Path] | None, typer.Option(
         "--ids-log", help="Row ids a loader consumed: one per line with '# epoch N' lines "
-        "between epochs, or a .npy of one epoch.")] = None,
+        "between epochs, or a .npy of one epoch; repeat it for each rank's log, checked "
+        "together.")] = None,
     min_distinct: Annotated[float, typer.Option(
         "--min-distinct", min=0.0, max=1.0,
         help="Fail when distinct contents are under this share of the rows.")] = 0.5,

@@ -73,6 +73,34 @@ def test_an_ids_log_of_spr_datas_loader_passes_with_its_settings(multi30k: Path,
     assert strict.exit_code == 1 and json.loads(strict.stdout)["ids_log"]["ok"] is False
 
 
+def test_each_ranks_ids_log_is_checked_together(multi30k: Path, tmp_path: Path):
+    """Under DDP each rank logs its own share: the logs given together make the epoch; one
+    alone misses the other's rows; logs of different epoch counts are refused."""
+    pytest.importorskip("torch")
+    from spr_data.pipeline.torch_data import SprIterableDataset
+
+    logs = []
+    for rank in range(2):
+        loader = SprIterableDataset(multi30k, batch_size=64, columns=[], world_size=2,
+                                    rank=rank)
+        logs.append(tmp_path / f"ids_rank{rank}.log")
+        with IdsRecorder(logs[-1]) as rec:
+            for epoch in range(2):
+                rec.next_epoch()
+                loader.set_epoch(epoch)
+                for batch in loader:
+                    rec.record(batch["ids"].numpy())
+    settings = ["--world-size", "2", "--batch-size", "64", "--epochs", "2", "--json"]
+    both = run_cli("audit", multi30k, "--ids-log", logs[0], "--ids-log", logs[1], *settings)
+    assert both.exit_code == 0, both.stdout
+    assert [e["seen"] for e in json.loads(both.stdout)["ids_log"]["epochs"]] == [28928] * 2
+    one = run_cli("audit", multi30k, "--ids-log", logs[0], *settings)
+    assert one.exit_code == 1 and json.loads(one.stdout)["ids_log"]["ok"] is False
+    (tmp_path / "short.log").write_text("# epoch 0\n1\n2\n")
+    mixed = run_cli("audit", multi30k, "--ids-log", logs[0], "--ids-log", tmp_path / "short.log")
+    assert mixed.exit_code == 2 and "holds 1 epoch(s)" in mixed.stderr
+
+
 def test_the_sliced_loader_fails_on_its_ids_log(multi30k: Path, tmp_path: Path):
     ids = buggy_loader(multi30k)
     log = tmp_path / "ids.log"

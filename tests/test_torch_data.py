@@ -147,6 +147,70 @@ def test_torch_distributed_gloo_ranks_cover_the_dataset_once(dataset: Path):
     assert len({len(o["ids"]) for o in outputs}) == 1
 
 
+def test_impossible_positions_and_a_rejects_dataset_are_refused_when_made(dataset: Path):
+    """A position outside the epoch is refused when the state is saved, not days later when
+    a run resumes from it; the rows clean or ingest took out are no training data."""
+    ds = SprIterableDataset(dataset, batch_size=8)
+    assert ds.state_dict(batches_done=len(ds))["batches_done"] == len(ds)  # the epoch's end
+    for done in (len(ds) + 1, -5):
+        with pytest.raises(InputError, match="outside this rank's epoch"):
+            ds.state_dict(batches_done=done)
+    with pytest.raises(InputError, match="is a rejects dataset"):
+        SprIterableDataset(dataset / "_rejects", batch_size=8)
+
+
+def test_an_epoch_without_a_batch_is_said(dataset: Path):
+    """4,387 rows, 5,000 a batch, the remainder dropped: no batch at all, said once, not a
+    training loop that ends at once as if done."""
+    import warnings
+
+    ds = SprIterableDataset(dataset, batch_size=5000)
+    with pytest.warns(UserWarning, match="no batch at all") as said:
+        ds.set_epoch(0)
+        assert list(ds) == []
+    assert len(said) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(list(SprIterableDataset(dataset, batch_size=5000, drop_remainder=False))) == 1
+
+
+GLOO_LATE = """
+import sys
+import torch.distributed as dist
+from spr_data.errors import InputError
+from spr_data.pipeline.torch_data import SprIterableDataset
+ds = SprIterableDataset(sys.argv[1], batch_size=16)  # before the process group: a world of 1
+dist.init_process_group("gloo", rank=int(sys.argv[2]), world_size=int(sys.argv[3]))
+try:
+    ds.set_epoch(0)
+    print("read", sum(len(b["ids"]) for b in ds))
+except InputError as exc:
+    print("refused:", exc)
+dist.destroy_process_group()
+"""
+
+
+def test_a_dataset_made_before_the_process_group_is_refused(dataset: Path):
+    """Made before ``init_process_group`` without a world size, it would read the whole epoch
+    on every rank with no error: it refuses to read, saying how to make it."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    procs = [subprocess.Popen([sys.executable, "-c", GLOO_LATE, str(dataset), str(r), "2"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env) for r in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err[-2000:]
+        assert out.startswith("refused:") and "after init_process_group" in out, out
+
+
 def test_map_style_dataset_with_torch_samplers(dataset: Path):
     from torch.utils.data import DistributedSampler
 

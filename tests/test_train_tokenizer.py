@@ -286,3 +286,16 @@ def test_a_trained_bpe_decodes_what_it_encodes(corpora: Path, tmp_path: Path, ki
     tok = tokenizers.Tokenizer.from_file(str(tmp_path / "tok" / "tokenizer.json"))
     for line in lines[:200]:
         assert tok.decode(tok.encode(line).ids) == line
+
+
+def test_a_rejects_dataset_is_no_training_text(corpora: Path, tmp_path: Path):
+    """The rows ingest took out (the WMT sample's empty English line) are refused, named."""
+    from spr_data import ingest
+
+    base = corpora / "parallel"
+    ingest([base / "opennmt_wmt_en-de.train.en.gz", base / "opennmt_wmt_en-de.train.de.gz"],
+           tmp_path / "ds")
+    result = run_cli("train-tokenizer", tmp_path / "ds" / "_rejects", "--out", tmp_path / "o",
+                     "--kind", "bpe", "--vocab-size", "500")
+    assert result.exit_code == 2 and "is a rejects dataset" in result.stderr
+    assert not (tmp_path / "o/tokenizer.json").exists()

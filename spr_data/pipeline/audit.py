@@ -8,7 +8,7 @@ the row ids a training loop really consumed, per epoch, against the dataset's id
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -244,14 +244,28 @@ def _check_content(ds: Dataset, min_distinct: float) -> dict[str, Any]:
                 "sharding or sampling bug may repeat a few rows (the 2,000-pair bug)"]}
 
 
-def _check_ids_log(ds: Dataset, path: Path, replay: Replay | None = None) -> dict[str, Any]:
-    """Each epoch of a loader's ids log covers every row once; with the loader's settings
-    (``replay``), as many rows missed and repeated as those settings drop and repeat by
-    design (the remainder a fixed batch size leaves, say), as :func:`_check_replay` counts."""
+def _read_ids_logs(paths: Sequence[Path]) -> list[np.ndarray]:
+    """Row ids per epoch of several logs together (each rank's, under DDP): epoch ``i`` is
+    every log's epoch ``i``; the logs must hold as many epochs each."""
+    logs = [read_ids_log(path) for path in paths]
+    for path, log in zip(paths[1:], logs[1:], strict=True):
+        if len(log) != len(logs[0]):
+            raise InputError(f"ids log {path} holds {len(log)} epoch(s) and {paths[0]} "
+                             f"{len(logs[0])}: the logs of one run's ranks hold the same "
+                             "epochs")
+    return [np.concatenate(epoch) for epoch in zip(*logs, strict=True)]
+
+
+def _check_ids_log(ds: Dataset, paths: Sequence[Path],
+                   replay: Replay | None = None) -> dict[str, Any]:
+    """Each epoch of a loader's ids logs (one, or each rank's) covers every row once; with the
+    loader's settings (``replay``), as many rows missed and repeated as those settings drop
+    and repeat by design (the remainder a fixed batch size leaves, say), as
+    :func:`_check_replay` counts."""
     ids = np.sort(_all_ids(ds).astype(np.int64))
     epochs = []
     problems = []
-    for number, seen in enumerate(read_ids_log(path)):
+    for number, seen in enumerate(_read_ids_logs(paths)):
         distinct = unique(seen)
         known = member(distinct, ids)
         missed = len(ids) - int(known.sum())
@@ -382,12 +396,14 @@ def _check_replay(ds: Dataset, replay: Replay) -> dict[str, Any]:
             "seed": replay.seed, "epochs": epochs, "problems": problems}
 
 
-def audit_dataset(path: str | Path, *, ids_log: str | Path | None = None,
+def audit_dataset(path: str | Path, *,
+                  ids_log: str | Path | Sequence[str | Path] | None = None,
                   min_distinct: float = DEFAULT_MIN_DISTINCT,
                   replay: Replay | None = None,
                   reader: ReaderOptions | None = None) -> AuditReport:
     """Integrity, accounting through the lineage, content distinctness, and (with
-    ``ids_log``) the coverage of a loader's epochs."""
+    ``ids_log``: a log, or a list of them, each rank's, checked together) the coverage of a
+    loader's epochs."""
     ds = open_dataset(str(path), reader=reader)
     if ds.manifest.role != "rows":
         raise DatasetError(f"{path} is a rejects dataset; audit its parent instead")
@@ -399,8 +415,10 @@ def audit_dataset(path: str | Path, *, ids_log: str | Path | None = None,
     ]
     if replay is not None:
         checks.append(("epoch_replay", lambda: _check_replay(ds, replay)))
-    if ids_log is not None:
-        checks.append(("ids_log", lambda: _check_ids_log(ds, Path(ids_log), replay)))
+    logs = ([] if ids_log is None else [Path(ids_log)] if isinstance(ids_log, (str, Path))
+            else [Path(p) for p in ids_log])
+    if logs:
+        checks.append(("ids_log", lambda: _check_ids_log(ds, logs, replay)))
     for name, check in checks:
         try:
             report.checks[name] = check()

@@ -98,9 +98,15 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         default_world, default_rank = _world()
         self.world_size = world_size if world_size is not None else default_world
         self.rank = rank if rank is not None else default_rank
+        # a world of one taken from a process group not started yet, to be checked again
+        self._world_unknown = world_size is None and rank is None and default_world == 1
+        self._said_empty = False
         if not 0 <= self.rank < self.world_size:
             raise InputError(f"rank {self.rank} is outside a world of {self.world_size}")
         dataset = open_dataset(self.path, reader=reader)
+        if dataset.manifest.role != "rows":
+            raise InputError(f"{self.path} is a rejects dataset (the rows clean or ingest took "
+                             "out); train on its parent instead")
         names = [f.name for f in dataset.schema]
         texts = list(text_columns(dataset.kind))  # type: ignore[arg-type]
         self.token_columns = [id_column(c) for c in texts if id_column(c) in names] \
@@ -161,11 +167,29 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
     def __len__(self) -> int:
         return self._plan(1).batches_per_rank
 
+    def _check_world(self) -> None:
+        """Refuse to read where ``torch.distributed`` was started after this dataset was made
+        without a world size: each rank would read the whole epoch, with no error. Warn where
+        an epoch holds no batch at all: a training loop would end at once, as if done."""
+        if not self._said_empty and self.rows and len(self) == 0:
+            self._said_empty = True
+            warnings.warn(f"an epoch has no batch at all: the world size ({self.world_size}) "
+                          f"times the batch (or token budget) needs more than the "
+                          f"{self.rows:,} rows of {self.path}; lower them or pass "
+                          "drop_remainder=False", stacklevel=3)
+        if self._world_unknown and _world()[0] > 1:
+            raise InputError(
+                f"this SprIterableDataset was made before torch.distributed."
+                f"init_process_group, so it reads the whole dataset on each of the "
+                f"{_world()[0]} ranks; make it after init_process_group, or pass world_size= "
+                "and rank=")
+
     def set_epoch(self, epoch: int) -> None:
         """Start epoch ``epoch`` from its first batch (call before each epoch) — or, right
         after ``load_state_dict`` of a state in that epoch, from where the state left it, so
         that the usual ``for epoch in range(state["epoch"], E): ds.set_epoch(epoch)`` loop
         resumes rather than repeats."""
+        self._check_world()
         resuming = self._resume_epoch == epoch
         self._resume_epoch = None
         self.epoch = epoch
@@ -267,6 +291,7 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         # not a generator: the position is set when the pass starts, so that a worker's
         # state_dict() taken before its first batch (torchdata takes one as the worker
         # starts) says which batch it will yield first, not the main process's position
+        self._check_world()
         info = get_worker_info()
         workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
         self._read_position()
@@ -327,6 +352,9 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
                           "batch: with DataLoader workers this process cannot know the "
                           "position; pass batches_done=batch['batch'] + 1, or use torchdata's "
                           "StatefulDataLoader", stacklevel=2)
+        if batches_done is not None and not 0 <= batches_done <= len(self):
+            raise InputError(f"batches_done={batches_done} is outside this rank's epoch of "
+                             f"{len(self)} batches (0 to {len(self)})")
         done = self._next_batch if batches_done is None else batches_done
         state = {"epoch": self.epoch, "batches_done": done, "seed": self.seed,
                  "batch_size": self.batch_size, "max_tokens": self.max_tokens,
