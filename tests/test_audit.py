@@ -96,6 +96,9 @@ def test_each_ranks_ids_log_is_checked_together(multi30k: Path, tmp_path: Path):
     assert [e["seen"] for e in json.loads(both.stdout)["ids_log"]["epochs"]] == [28928] * 2
     one = run_cli("audit", multi30k, "--ids-log", logs[0], *settings)
     assert one.exit_code == 1 and json.loads(one.stdout)["ids_log"]["ok"] is False
+    assert "give each rank's --ids-log" in json.loads(one.stdout)["ids_log"]["problems"][0]
+    again = run_cli("audit", multi30k, "--ids-log", logs[0], "--ids-log", logs[0], *settings)
+    assert again.exit_code == 2 and "is given twice" in again.stderr
     (tmp_path / "short.log").write_text("# epoch 0\n1\n2\n")
     mixed = run_cli("audit", multi30k, "--ids-log", logs[0], "--ids-log", tmp_path / "short.log")
     assert mixed.exit_code == 2 and "holds 1 epoch(s)" in mixed.stderr

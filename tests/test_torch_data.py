@@ -152,8 +152,10 @@ def test_impossible_positions_and_a_rejects_dataset_are_refused_when_made(datase
     a run resumes from it; the rows clean or ingest took out are no training data."""
     ds = SprIterableDataset(dataset, batch_size=8)
     assert ds.state_dict(batches_done=len(ds))["batches_done"] == len(ds)  # the epoch's end
-    for done in (len(ds) + 1, -5):
-        with pytest.raises(InputError, match="outside this rank's epoch"):
+    with pytest.raises(InputError, match="outside this rank's epoch"):
+        ds.state_dict(batches_done=len(ds) + 1)
+    for done in (-5, 2.5, True):
+        with pytest.raises(InputError, match="batches_done should be a whole number ≥ 0"):
             ds.state_dict(batches_done=done)
     with pytest.raises(InputError, match="is a rejects dataset"):
         SprIterableDataset(dataset / "_rejects", batch_size=8)
@@ -177,16 +179,26 @@ def test_an_epoch_without_a_batch_is_said(dataset: Path):
 GLOO_LATE = """
 import sys
 import torch.distributed as dist
+from torch.utils.data import DataLoader
 from spr_data.errors import InputError
 from spr_data.pipeline.torch_data import SprIterableDataset
-ds = SprIterableDataset(sys.argv[1], batch_size=16)  # before the process group: a world of 1
-dist.init_process_group("gloo", rank=int(sys.argv[2]), world_size=int(sys.argv[3]))
-try:
-    ds.set_epoch(0)
-    print("read", sum(len(b["ids"]) for b in ds))
-except InputError as exc:
-    print("refused:", exc)
-dist.destroy_process_group()
+if __name__ == "__main__":
+    path = sys.argv[1]
+    made = [SprIterableDataset(path, batch_size=16),  # before the process group: a world of 1
+            SprIterableDataset(path, batch_size=16, world_size=2),  # and every rank rank 0
+            SprIterableDataset(path, batch_size=16)]
+    dist.init_process_group("gloo", rank=int(sys.argv[2]), world_size=int(sys.argv[3]))
+    reads = [lambda ds: ds.set_epoch(0), lambda ds: ds.set_epoch(0),
+             # a spawned worker, no set_epoch: the worker sees no process group
+             lambda ds: list(DataLoader(ds, batch_size=None, num_workers=1,
+                                        multiprocessing_context="spawn"))]
+    for ds, read in zip(made, reads):
+        try:
+            read(ds)
+            print("read")
+        except InputError as exc:
+            print("refused:", exc)
+    dist.destroy_process_group()
 """
 
 
@@ -202,13 +214,17 @@ def test_a_dataset_made_before_the_process_group_is_refused(dataset: Path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-    procs = [subprocess.Popen([sys.executable, "-c", GLOO_LATE, str(dataset), str(r), "2"],
+    script = dataset.parent / "late.py"  # a file: spawned workers import its __main__
+    script.write_text(GLOO_LATE)
+    procs = [subprocess.Popen([sys.executable, str(script), str(dataset), str(r), "2"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=env) for r in range(2)]
     for p in procs:
         out, err = p.communicate(timeout=180)
         assert p.returncode == 0, err[-2000:]
-        assert out.startswith("refused:") and "after init_process_group" in out, out
+        lines = out.strip().splitlines()
+        assert len(lines) == 3 and all(line.startswith("refused:") and
+                                       "after init_process_group" in line for line in lines), out
 
 
 def test_map_style_dataset_with_torch_samplers(dataset: Path):
@@ -547,12 +563,13 @@ def test_a_state_outside_its_epoch_is_refused(dataset: Path):
     per_rank = len(ds)
     for done in (per_rank + 1, 10 * per_rank):  # e.g. a global step counter
         refused = SprIterableDataset(dataset, batch_size=50)
-        state = {**ds.state_dict(batches_done=done), "epoch": 4}
+        state = {**ds.state_dict(batches_done=0), "batches_done": done, "epoch": 4}
         with pytest.raises(InputError, match="not the global step"):
             refused.load_state_dict(state)
         assert refused.epoch == 0 and refused._shared.tolist() == [0, 0]  # left as it was
     with pytest.raises(InputError, match="batches_done should be a whole number ≥ 0, got -3"):
-        SprIterableDataset(dataset, batch_size=50).load_state_dict(ds.state_dict(batches_done=-3))
+        SprIterableDataset(dataset, batch_size=50).load_state_dict(
+            {**ds.state_dict(batches_done=0), "batches_done": -3})  # saved by hand, or old
     end = SprIterableDataset(dataset, batch_size=50)
     end.load_state_dict(ds.state_dict(batches_done=per_rank))  # the epoch's end: nothing left
     assert list(end) == []

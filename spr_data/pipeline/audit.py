@@ -247,6 +247,9 @@ def _check_content(ds: Dataset, min_distinct: float) -> dict[str, Any]:
 def _read_ids_logs(paths: Sequence[Path]) -> list[np.ndarray]:
     """Row ids per epoch of several logs together (each rank's, under DDP): epoch ``i`` is
     every log's epoch ``i``; the logs must hold as many epochs each."""
+    twice = [str(p) for p in paths if sum(q.resolve() == p.resolve() for q in paths) > 1]
+    if twice:
+        raise InputError(f"ids log {twice[0]} is given twice; give each rank's log once")
     logs = [read_ids_log(path) for path in paths]
     for path, log in zip(paths[1:], logs[1:], strict=True):
         if len(log) != len(logs[0]):
@@ -285,6 +288,9 @@ def _check_ids_log(ds: Dataset, paths: Sequence[Path],
         if not ok:
             by_design = (f" (by design, for the settings given: {dropped:,} missed, "
                          f"{repeated:,} repeats)" if replay is not None else "")
+            if replay is not None and len(paths) < replay.world_size:
+                by_design += (f"; {len(paths)} log(s) for a world of {replay.world_size}: give "
+                              "each rank's --ids-log")
             problems.append(f"epoch {number}: {int(known.sum()):,} of {len(ids):,} rows seen "
                             f"({missed:,} missed), {repeats:,} repeats, {unknown:,} ids not in "
                             f"the dataset{by_design}")

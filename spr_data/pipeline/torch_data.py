@@ -98,8 +98,9 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         default_world, default_rank = _world()
         self.world_size = world_size if world_size is not None else default_world
         self.rank = rank if rank is not None else default_rank
-        # a world of one taken from a process group not started yet, to be checked again
-        self._world_unknown = world_size is None and rank is None and default_world == 1
+        # a rank (and maybe a world) taken from a process group not started yet: checked again
+        # when read (world_size=2 alone made every process rank 0)
+        self._world_unknown = rank is None and default_world == 1
         self._said_empty = False
         if not 0 <= self.rank < self.world_size:
             raise InputError(f"rank {self.rank} is outside a world of {self.world_size}")
@@ -154,11 +155,16 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         self._shared = torch.zeros(2, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
 
     def __getstate__(self) -> dict[str, Any]:
+        # a spawned worker sees no process group: the check is made here, in the process
+        # that has one
+        self._check_world()
         # each worker maps the shards and loads the tokenizer itself
         return {**self.__dict__, "_dataset": None, "_encoder": None, "_plans": {}}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("_world_unknown", False)  # pickled by a version before them
+        self.__dict__.setdefault("_said_empty", False)
         if "_shared" not in state:  # pickled by a version before it
             self._shared = torch.tensor([self.epoch, self._start_batch], dtype=torch.int64)
         if not self._shared.is_shared():  # a deep copy: forked workers must still see it
@@ -168,10 +174,13 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         return self._plan(1).batches_per_rank
 
     def _check_world(self) -> None:
-        """Refuse to read where ``torch.distributed`` was started after this dataset was made
-        without a world size: each rank would read the whole epoch, with no error. Warn where
-        an epoch holds no batch at all: a training loop would end at once, as if done."""
-        if not self._said_empty and self.rows and len(self) == 0:
+        """Before reading: refuse where ``torch.distributed`` was started after this dataset
+        was made without a rank (each rank would read the whole epoch, or every rank rank 0's
+        share, with no error); warn where an epoch holds no batch at all (a training loop
+        would end at once, as if done), once, and in DataLoader workers from the first only."""
+        info = get_worker_info()
+        if (not self._said_empty and (info is None or info.id == 0) and self.rows
+                and len(self) == 0):
             self._said_empty = True
             warnings.warn(f"an epoch has no batch at all: the world size ({self.world_size}) "
                           f"times the batch (or token budget) needs more than the "
@@ -180,9 +189,9 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         if self._world_unknown and _world()[0] > 1:
             raise InputError(
                 f"this SprIterableDataset was made before torch.distributed."
-                f"init_process_group, so it reads the whole dataset on each of the "
-                f"{_world()[0]} ranks; make it after init_process_group, or pass world_size= "
-                "and rank=")
+                f"init_process_group and given no rank, so each of the {_world()[0]} ranks "
+                "would read the same rows (the whole dataset, or rank 0's share); make it "
+                "after init_process_group, or pass both world_size= and rank=")
 
     def set_epoch(self, epoch: int) -> None:
         """Start epoch ``epoch`` from its first batch (call before each epoch) — or, right
@@ -352,7 +361,8 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
                           "batch: with DataLoader workers this process cannot know the "
                           "position; pass batches_done=batch['batch'] + 1, or use torchdata's "
                           "StatefulDataLoader", stacklevel=2)
-        if batches_done is not None and not 0 <= batches_done <= len(self):
+        if batches_done is not None and not 0 <= _whole("batches_done", batches_done,
+                                                        least=0) <= len(self):
             raise InputError(f"batches_done={batches_done} is outside this rank's epoch of "
                              f"{len(self)} batches (0 to {len(self)})")
         done = self._next_batch if batches_done is None else batches_done
