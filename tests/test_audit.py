@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from spr_data import IdsRecorder, audit_dataset, ingest, open_dataset
-from spr_data.errors import DatasetError
+from spr_data.errors import DatasetError, InputError
 from spr_data.outdir import REJECTS_DIR
 from spr_data.pipeline.clean import clean
 from tests.conftest import run_cli
@@ -47,6 +47,38 @@ def test_a_full_epoch_of_every_row_passes(multi30k: Path, tmp_path: Path):
     assert report.ok, report.to_json()
     assert [e["distinct_rows"] for e in report.checks["ids_log"]["epochs"]] == [29000, 29000]
     assert report.checks["content"]["distinct_content"] > 28900
+
+
+def test_a_resumed_run_continues_its_ids_log(multi30k: Path, tmp_path: Path):
+    """Killed 7 batches after its checkpoint, then resumed from it: the log holds each row
+    once an epoch (the 7 batches logged after the checkpoint are cut off, and the resumed
+    epoch gets no second header)."""
+    ds = open_dataset(multi30k)
+    chunks = [np.array_split(np.random.default_rng(e).permutation(len(ds)), 50)
+              for e in range(2)]
+
+    def ids(rows: np.ndarray) -> np.ndarray:
+        return ds.take(rows).column("id").to_numpy()
+
+    log = tmp_path / "ids.log"
+    with IdsRecorder(log) as rec:
+        rec.next_epoch()
+        for k, chunk in enumerate(chunks[0][:27]):
+            rec.record(ids(chunk))
+            if k == 19:
+                saved = rec.state_dict()  # with the checkpoint, after 20 batches
+    with IdsRecorder(log, state=saved) as rec:
+        for epoch in range(2):
+            rec.next_epoch()
+            for chunk in chunks[epoch][20 if epoch == 0 else 0:]:
+                rec.record(ids(chunk))
+    report = audit_dataset(multi30k, ids_log=log)
+    assert report.ok, report.to_json()
+    epochs = report.checks["ids_log"]["epochs"]
+    assert [(e["distinct_rows"], e["repeats"]) for e in epochs] == [(29000, 0), (29000, 0)]
+    log.write_text("# epoch 0\n1\n")  # another run's log, shorter than the state says
+    with pytest.raises(InputError, match="fewer than the"):
+        IdsRecorder(log, state=saved)
 
 
 def test_an_ids_log_of_spr_datas_loader_passes_with_its_settings(multi30k: Path,

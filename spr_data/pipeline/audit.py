@@ -51,19 +51,47 @@ class IdsRecorder:
                 rec.next_epoch()
                 for batch in loader:
                     rec.record(batch["ids"])
+
+    A resumed run continues the log: save :meth:`state_dict` with the checkpoint, and open
+    the log with it (``IdsRecorder("ids.log", state=saved)``). The ids the killed run logged
+    after its checkpoint are cut off, and the first :meth:`next_epoch` continues the epoch
+    the state was saved in (as the iterator's ``set_epoch`` after ``load_state_dict`` does).
     """
 
-    def __init__(self, path: str | Path) -> None:
-        self._file = open(path, "w", encoding="ascii")  # noqa: SIM115 - closed in close()
+    def __init__(self, path: str | Path, *, state: dict[str, Any] | None = None) -> None:
         self._epoch = -1
+        self._continues = False
+        if state is None:
+            self._file = open(path, "w", encoding="ascii")  # noqa: SIM115 - closed in close()
+            return
+        try:
+            epoch, offset = int(state["epoch"]), int(state["offset"])
+        except (KeyError, TypeError, ValueError):
+            raise InputError(f"not an IdsRecorder state: {state!r:.80}") from None
+        size = Path(path).stat().st_size if Path(path).is_file() else None
+        if size is None or size < offset:
+            raise InputError(f"ids log {path} holds {size or 0:,} bytes, fewer than the "
+                             f"{offset:,} its saved state says: not the log of that run")
+        self._file = open(path, "r+", encoding="ascii")  # noqa: SIM115 - closed in close()
+        self._file.truncate(offset)  # what the killed run logged after its checkpoint
+        self._file.seek(offset)
+        self._epoch, self._continues = epoch, epoch >= 0
 
     def next_epoch(self) -> None:
+        if self._continues:  # the resumed epoch: its header is written already
+            self._continues = False
+            return
         self._epoch += 1
         self._file.write(f"# epoch {self._epoch}\n")
 
     def record(self, ids: Any) -> None:
         values = np.asarray(ids, dtype=np.int64).reshape(-1)
         self._file.write("".join(f"{v}\n" for v in values.tolist()))
+
+    def state_dict(self) -> dict[str, int]:
+        """Where the log stands (its epoch and length), flushed: save it with the checkpoint."""
+        self._file.flush()
+        return {"epoch": self._epoch, "offset": self._file.tell()}
 
     def close(self) -> None:
         self._file.close()
