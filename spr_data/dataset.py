@@ -433,6 +433,13 @@ class Dataset:
             else:
                 _check_shard_file(Path(where), info)
 
+    def require_rows(self, name: str | Path, doing: str) -> None:
+        """Refuse a rejects dataset (the rows clean or ingest took out) where its parent's
+        rows are meant: ``doing`` is what would be done with it ("clean", "train on")."""
+        if self.manifest.role != "rows":
+            raise DatasetError(f"{name} is a rejects dataset (the rows clean or ingest took "
+                               f"out); {doing} its parent instead")
+
     def check_digest(self, expected: str) -> None:
         """Raise if this dataset's manifest is not the one whose digest is ``expected`` (the
         digest recorded when it was first opened, in another process): the directory was

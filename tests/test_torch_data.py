@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
 
 from spr_data import InputError, ingest  # noqa: E402
+from spr_data.errors import DatasetError  # noqa: E402
 from spr_data.pipeline.torch_data import SprIterableDataset  # noqa: E402
 
 
@@ -157,7 +158,7 @@ def test_impossible_positions_and_a_rejects_dataset_are_refused_when_made(datase
     for done in (-5, 2.5, True):
         with pytest.raises(InputError, match="batches_done should be a whole number ≥ 0"):
             ds.state_dict(batches_done=done)
-    with pytest.raises(InputError, match="is a rejects dataset"):
+    with pytest.raises(DatasetError, match="is a rejects dataset"):
         SprIterableDataset(dataset / "_rejects", batch_size=8)
 
 

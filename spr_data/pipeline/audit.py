@@ -439,8 +439,7 @@ def audit_dataset(path: str | Path, *,
     ``ids_log``: a log, or a list of them, each rank's, checked together) the coverage of a
     loader's epochs."""
     ds = open_dataset(str(path), reader=reader)
-    if ds.manifest.role != "rows":
-        raise DatasetError(f"{path} is a rejects dataset; audit its parent instead")
+    ds.require_rows(path, "audit")
     report = AuditReport(ds.location)
     checks: list[tuple[str, Callable[[], dict[str, Any]]]] = [
         ("integrity", lambda: _check_integrity(str(path), reader)),

@@ -105,8 +105,7 @@ def open_input(dataset: str | Path, out: str | Path, *, command: str,
     and not the output itself."""
     location = check_output_location(out)
     source = open_dataset(str(dataset), reader=reader)
-    if source.manifest.role != "rows":
-        raise DatasetError(f"{dataset} is a rejects dataset; {command} its parent instead")
+    source.require_rows(dataset, command)
     if not source.remote:  # the manifest against the shards' own footers, before any plan
         check_shards(source.shard_paths, source.manifest)
     if is_remote_output(location):

@@ -105,9 +105,7 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         if not 0 <= self.rank < self.world_size:
             raise InputError(f"rank {self.rank} is outside a world of {self.world_size}")
         dataset = open_dataset(self.path, reader=reader)
-        if dataset.manifest.role != "rows":
-            raise InputError(f"{self.path} is a rejects dataset (the rows clean or ingest took "
-                             "out); train on its parent instead")
+        dataset.require_rows(self.path, "train on")
         names = [f.name for f in dataset.schema]
         texts = list(text_columns(dataset.kind))  # type: ignore[arg-type]
         self.token_columns = [id_column(c) for c in texts if id_column(c) in names] \
@@ -157,7 +155,7 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
     def __getstate__(self) -> dict[str, Any]:
         # a spawned worker sees no process group: the check is made here, in the process
         # that has one
-        self._check_world()
+        self._before_reading()
         # each worker maps the shards and loads the tokenizer itself
         return {**self.__dict__, "_dataset": None, "_encoder": None, "_plans": {}}
 
@@ -173,7 +171,7 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
     def __len__(self) -> int:
         return self._plan(1).batches_per_rank
 
-    def _check_world(self) -> None:
+    def _before_reading(self) -> None:
         """Before reading: refuse where ``torch.distributed`` was started after this dataset
         was made without a rank (each rank would read the whole epoch, or every rank rank 0's
         share, with no error); warn where an epoch holds no batch at all (a training loop
@@ -186,10 +184,11 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
                           f"times the batch (or token budget) needs more than the "
                           f"{self.rows:,} rows of {self.path}; lower them or pass "
                           "drop_remainder=False", stacklevel=3)
-        if self._world_unknown and _world()[0] > 1:
+        world = _world()[0]
+        if self._world_unknown and world > 1:
             raise InputError(
                 f"this SprIterableDataset was made before torch.distributed."
-                f"init_process_group and given no rank, so each of the {_world()[0]} ranks "
+                f"init_process_group and given no rank, so each of the {world} ranks "
                 "would read the same rows (the whole dataset, or rank 0's share); make it "
                 "after init_process_group, or pass both world_size= and rank=")
 
@@ -198,7 +197,7 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         after ``load_state_dict`` of a state in that epoch, from where the state left it, so
         that the usual ``for epoch in range(state["epoch"], E): ds.set_epoch(epoch)`` loop
         resumes rather than repeats."""
-        self._check_world()
+        self._before_reading()
         resuming = self._resume_epoch == epoch
         self._resume_epoch = None
         self.epoch = epoch
@@ -300,7 +299,7 @@ class SprIterableDataset(IterableDataset[dict[str, Any]]):
         # not a generator: the position is set when the pass starts, so that a worker's
         # state_dict() taken before its first batch (torchdata takes one as the worker
         # starts) says which batch it will yield first, not the main process's position
-        self._check_world()
+        self._before_reading()
         info = get_worker_info()
         workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
         self._read_position()

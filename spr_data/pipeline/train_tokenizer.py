@@ -72,9 +72,7 @@ def iter_segments(inputs: Sequence[str | Path],
         path = Path(item)
         if "://" in str(item) or path.is_dir():
             ds = open_dataset(str(item), reader=reader)
-            if ds.manifest.role != "rows":
-                raise InputError(f"{item} is a rejects dataset (the rows clean or ingest "
-                                 "took out); train on its parent instead")
+            ds.require_rows(item, "train on")
             columns = text_columns(ds.kind)  # type: ignore[arg-type]
             for batch in ds.iter_batches(_BATCH):
                 for i, column in enumerate(columns):
